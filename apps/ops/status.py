@@ -1,0 +1,112 @@
+"""What ``manage.py status`` reports: Redis and its persistence, workers, queues, work in flight.
+
+Each section is a function returning plain data, so the command can print a table or JSON and
+later systems (the beat election, the event bus) add their own section to SECTIONS.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import redis
+from django.conf import settings
+
+from celery_conf.connections import redis_client
+from celery_conf.inflight import HEARTBEAT_KEY_PREFIX
+from celery_conf.names import Queue
+
+# kombu's Redis transport keeps one list per priority step; together they are the queue.
+PRIORITY_STEPS = (0, 3, 6, 9)
+PRIORITY_SEP = "\x06\x16"
+UNACKED_KEY = "unacked"
+UNACKED_INDEX_KEY = "unacked_index"
+
+Section = Callable[[redis.Redis], dict[str, Any]]
+
+
+def redis_section(client: redis.Redis) -> dict[str, Any]:
+    started = time.perf_counter()
+    client.ping()
+    ping_ms = (time.perf_counter() - started) * 1000
+    server = client.info("server")
+    persistence = client.info("persistence")
+    memory = client.info("memory")
+    config = client.config_get("appendfsync") | client.config_get("maxmemory-policy")
+    return {
+        "url": _redacted(settings.REDIS_URL),
+        "version": server.get("redis_version"),
+        "ping_ms": round(ping_ms, 2),
+        "aof_enabled": bool(persistence.get("aof_enabled")),
+        "appendfsync": config.get("appendfsync"),
+        "aof_last_write_status": persistence.get("aof_last_write_status"),
+        "aof_rewrite_in_progress": bool(persistence.get("aof_rewrite_in_progress")),
+        "rdb_last_bgsave_status": persistence.get("rdb_last_bgsave_status"),
+        "rdb_changes_since_last_save": persistence.get("rdb_changes_since_last_save"),
+        "maxmemory_policy": config.get("maxmemory-policy"),
+        "used_memory_human": memory.get("used_memory_human"),
+    }
+
+
+def workers_section(client: redis.Redis) -> dict[str, Any]:
+    import json
+
+    now = time.time()
+    workers = []
+    for key in sorted(client.scan_iter(match=HEARTBEAT_KEY_PREFIX + "*", count=100)):
+        raw = client.get(key)
+        if raw is None:
+            continue
+        beat = json.loads(raw)
+        workers.append({
+            "name": key[len(HEARTBEAT_KEY_PREFIX):],
+            "pid": beat["pid"],
+            "inflight": beat["inflight"],
+            "last_seen_s": round(now - beat["at"], 1),
+        })
+    return {"alive": len(workers), "workers": workers}
+
+
+def queues_section(client: redis.Redis) -> dict[str, Any]:
+    pipe = client.pipeline(transaction=False)
+    for queue in Queue:
+        for step in PRIORITY_STEPS:
+            pipe.llen(str(queue) if step == 0 else f"{queue}{PRIORITY_SEP}{step}")
+    lengths = pipe.execute()
+    n = len(PRIORITY_STEPS)
+    return {str(q): sum(lengths[i * n:(i + 1) * n]) for i, q in enumerate(Queue)}
+
+
+def inflight_section(client: redis.Redis) -> dict[str, Any]:
+    held = client.hlen(UNACKED_KEY)
+    oldest = client.zrange(UNACKED_INDEX_KEY, 0, 0, withscores=True)
+    return {
+        "messages": held,
+        "oldest_lease_age_s": round(time.time() - oldest[0][1], 1) if oldest else None,
+    }
+
+
+SECTIONS: dict[str, Section] = {
+    "redis": redis_section,
+    "workers": workers_section,
+    "queues": queues_section,
+    "inflight": inflight_section,
+}
+
+
+def platform_status() -> dict[str, Any]:
+    client = redis_client()
+    report: dict[str, Any] = {}
+    for name, section in SECTIONS.items():
+        try:
+            report[name] = section(client)
+        except redis.RedisError as exc:
+            report[name] = {"error": f"{type(exc).__name__}: {exc}"}
+    return report
+
+
+def _redacted(url: str) -> str:
+    if "@" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    return f"{scheme}://***@{rest.split('@', 1)[1]}"

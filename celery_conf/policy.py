@@ -1,0 +1,90 @@
+"""The durable-task policy: the Celery settings every task gets unless it opts out.
+
+``config.settings`` calls ``durable_task_settings`` and stores the result under the ``CELERY_``
+namespace; the Celery app reads them from there. Each value that differs from Celery's
+default says why. Reference: https://docs.celeryq.dev/en/stable/userguide/configuration.html
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kombu import Queue as KombuQueue
+
+from .names import Queue, task_routes
+
+# A message delivered to a worker that dies is handed to another worker this many seconds
+# after its lease was last renewed (see celery_conf/inflight.py). Celery's default is 3600.
+DEFAULT_VISIBILITY_TIMEOUT = 30
+# How often a live worker renews the lease of every message it holds. Several renewals fit in
+# one visibility timeout, so a worker that is merely slow for a moment keeps its messages.
+DEFAULT_LEASE_RENEW_INTERVAL = 5
+# How often each worker sweeps for expired leases. kombu's default sweep is every 100 s
+# (interval 10 x throttle 10); ours bounds redelivery at timeout + sweep.
+DEFAULT_RESTORE_SWEEP_INTERVAL = 5
+
+
+def durable_task_settings(
+    *,
+    broker_url: str,
+    visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT,
+    restore_sweep_interval: int = DEFAULT_RESTORE_SWEEP_INTERVAL,
+    soft_time_limit: int = 300,
+    time_limit: int = 360,
+) -> dict[str, Any]:
+    """Celery settings, keyed with the ``CELERY_`` prefix for Django's settings module."""
+    if visibility_timeout <= DEFAULT_LEASE_RENEW_INTERVAL * 2:
+        raise ValueError("visibility_timeout must allow at least two lease renewals")
+    settings: dict[str, Any] = {
+        # https://docs.celeryq.dev/en/stable/userguide/configuration.html#broker-url
+        "broker_url": broker_url,
+        # Keep retrying the broker at start-up: under the supervisor, Redis may start later.
+        "broker_connection_retry_on_startup": True,
+        # https://docs.celeryq.dev/en/stable/getting-started/backends-and-brokers/redis.html#visibility-timeout
+        "broker_transport_options": {
+            # Bounded redelivery after a worker dies; live workers renew their leases.
+            "visibility_timeout": visibility_timeout,
+            # Sweep for expired leases every few seconds instead of every 100 s.
+            "unacked_restore_interval": restore_sweep_interval,
+            "unacked_restore_throttle": 1,
+            # Notice a dead broker connection within seconds, not at the next TCP timeout.
+            "health_check_interval": 10,
+            "socket_keepalive": True,
+        },
+        # --- durability -----------------------------------------------------------------
+        # Ack after the task finishes, so a worker that dies mid-task does not lose it.
+        "task_acks_late": True,
+        # A pool child killed (SIGKILL, OOM) requeues its message instead of acking it.
+        "task_reject_on_worker_lost": True,
+        # One message per pool process: nothing waits on a busy worker while another idles.
+        "worker_prefetch_multiplier": 1,
+        # Redis only: fetch a message only when a pool process is free to run it.
+        "worker_disable_prefetch": True,
+        # A broker connection loss cancels running acks_late tasks, which are redelivered,
+        # rather than letting them finish with an ack that can no longer be sent
+        # (Celery 6's default; 5.x warns without it).
+        "worker_cancel_long_running_tasks_on_connection_loss": True,
+        # --- messages -------------------------------------------------------------------
+        # JSON only: a pickled message is refused at decode and never executed.
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        "result_accept_content": ["json"],
+        "event_serializer": "json",
+        # --- limits ---------------------------------------------------------------------
+        # No task may hold a worker forever; the soft limit lets it record its failure.
+        "task_soft_time_limit": soft_time_limit,
+        "task_time_limit": time_limit,
+        # State lives on the rows the tasks update; no result backend to grow or to lose.
+        "task_ignore_result": True,
+        # --- routing --------------------------------------------------------------------
+        "task_default_queue": str(Queue.DEFAULT),
+        "task_queues": tuple(KombuQueue(str(q), routing_key=str(q)) for q in Queue),
+        "task_routes": task_routes(),
+        # An unknown queue name in a route is a bug, not a reason to invent a queue.
+        "task_create_missing_queues": False,
+        # --- monitoring -----------------------------------------------------------------
+        # Flower builds its live view from these events.
+        "worker_send_task_events": True,
+        "task_send_sent_event": True,
+    }
+    return {f"CELERY_{key.upper()}": value for key, value in settings.items()}

@@ -1,0 +1,141 @@
+"""Settings shared by every environment. Values come from the environment variables below.
+
+Development defaults live in ``development.py``; ``production.py`` requires every secret.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+
+from celery_conf.policy import durable_task_settings
+from config.env import env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parents[2]
+VAR_DIR = Path(env_str("PLATFORM_VAR_DIR", str(BASE_DIR / "var")))
+
+DEBUG = False
+ALLOWED_HOSTS: list[str] = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "apps.ops",
+    "apps.documents",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+ASGI_APPLICATION = "config.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- database -------------------------------------------------------------------------------
+# SQLite by default, PostgreSQL (or any dj-database-url URL) by DATABASE_URL.
+DATABASES = {
+    "default": dj_database_url.parse(
+        env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'db.sqlite3'}"), conn_max_age=0
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Several web and worker processes write this file at once: WAL lets readers run beside
+    # the writer, IMMEDIATE takes the write lock at BEGIN so two writers queue on the busy
+    # timeout instead of failing mid-transaction with "database is locked".
+    DATABASES["default"]["OPTIONS"] = {
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 20,
+    }
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "documents:list"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+
+CSRF_FAILURE_VIEW = "apps.ops.views.csrf_failure"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+}
+
+# --- Redis: broker, RedBeat lock and schedule, event bus ----------------------------------
+# Set in development.py (with a default) and production.py (required).
+REDIS_URL = ""
+
+# --- documents ------------------------------------------------------------------------------
+# Largest document accepted, pasted or uploaded. Larger requests get 413 and create nothing.
+DOCUMENTS_MAX_BYTES = env_int("DOCUMENTS_MAX_BYTES", 1024 * 1024)
+# Simulated work per document (parse, extract, summarise take "a few seconds" in production).
+DOCUMENTS_PROCESSING_SECONDS = float(env_str("DOCUMENTS_PROCESSING_SECONDS", "3"))
+# Retries for transient failures, with exponential backoff starting at this many seconds.
+DOCUMENTS_MAX_RETRIES = env_int("DOCUMENTS_MAX_RETRIES", 3)
+DOCUMENTS_RETRY_BACKOFF = env_int("DOCUMENTS_RETRY_BACKOFF", 2)
+# A document whose processing started this many times without finishing (its worker killed
+# each time) is marked failed instead of looping forever (reject-on-worker-lost loops).
+DOCUMENTS_MAX_STARTS = env_int("DOCUMENTS_MAX_STARTS", 8)
+# Django's own request-size guard sits just above the document limit (room for the JSON or
+# multipart envelope) so an oversized body is refused before it is read into memory.
+DATA_UPLOAD_MAX_MEMORY_SIZE = DOCUMENTS_MAX_BYTES + 64 * 1024
+FILE_UPLOAD_MAX_MEMORY_SIZE = DOCUMENTS_MAX_BYTES + 64 * 1024
+
+
+def celery_settings(redis_url: str) -> dict[str, object]:
+    return durable_task_settings(
+        broker_url=redis_url,
+        visibility_timeout=env_int("CELERY_VISIBILITY_TIMEOUT", 30),
+        soft_time_limit=env_int("CELERY_TASK_SOFT_TIME_LIMIT", 300),
+        time_limit=env_int("CELERY_TASK_TIME_LIMIT", 360),
+    )
+
+
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = False  # the page's small script reads it for fetch() calls
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"

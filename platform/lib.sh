@@ -1,0 +1,90 @@
+# Shared set-up for platform/up and platform/test. Sourced, not run.
+# Installs what the platform needs on a fresh Debian or Ubuntu machine that has python3,
+# then exports the environment that settings.py, supervisord.conf and the tests read.
+
+PLATFORM_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export PLATFORM_ROOT
+export PLATFORM_VAR_DIR="${PLATFORM_VAR_DIR:-$PLATFORM_ROOT/var}"
+export VENV="${VENV:-$PLATFORM_ROOT/.venv}"
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+# System packages: redis-server, the venv module, and any extra names given as arguments.
+ensure_system_packages() {
+  local missing=() pkg
+  command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+  python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
+  for pkg in "$@"; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    say "installing system packages: ${missing[*]}"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  fi
+}
+
+# The virtual environment, reinstalled only when requirements.txt changes.
+ensure_venv() {
+  if [ ! -x "$VENV/bin/python" ]; then
+    say "creating virtual environment in $VENV"
+    python3 -m venv "$VENV"
+  fi
+  local stamp="$VENV/.requirements.sha256" want
+  want="$(sha256sum "$PLATFORM_ROOT/requirements.txt" | cut -d' ' -f1)"
+  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    say "installing pinned Python dependencies"
+    "$VENV/bin/python" -m pip install -q --upgrade pip
+    "$VENV/bin/python" -m pip install -q -r "$PLATFORM_ROOT/requirements.txt"
+    echo "$want" > "$stamp"
+  fi
+}
+
+random_secret() { "$VENV/bin/python" -c 'import secrets; print(secrets.token_urlsafe(24))'; }
+
+# Development secrets, generated once into var/dev.env (mode 600) and reused on every start.
+ensure_dev_env() {
+  mkdir -p "$PLATFORM_VAR_DIR/log" "$PLATFORM_VAR_DIR/redis" "$PLATFORM_VAR_DIR/mail"
+  local env_file="$PLATFORM_VAR_DIR/dev.env"
+  if [ ! -f "$env_file" ]; then
+    umask 077
+    cat > "$env_file" <<ENV
+DJANGO_SECRET_KEY=$(random_secret)
+REDIS_PASSWORD=$(random_secret)
+FLOWER_USER=admin
+FLOWER_PASSWORD=$(random_secret)
+DEV_USER=dev
+DEV_USER_PASSWORD=$(random_secret)
+ENV
+    umask 022
+  fi
+  set -a
+  # shellcheck disable=SC1090
+  . "$env_file"
+  set +a
+  export REDIS_PORT="${REDIS_PORT:-6390}"
+  export WEB_PORT="${WEB_PORT:-8000}"
+  export FLOWER_PORT="${FLOWER_PORT:-5555}"
+  export WEB_WORKERS="${WEB_WORKERS:-2}"
+  export CELERY_WORKERS="${CELERY_WORKERS:-2}"
+  export CELERY_CONCURRENCY="${CELERY_CONCURRENCY:-2}"
+  export REDIS_URL="redis://:${REDIS_PASSWORD}@127.0.0.1:${REDIS_PORT}/0"
+  export FLOWER_BASIC_AUTH="${FLOWER_USER}:${FLOWER_PASSWORD}"
+  export DJANGO_SETTINGS_MODULE="${DJANGO_SETTINGS_MODULE:-config.settings.development}"
+}
+
+# redis.conf for this machine: the shared platform/redis.conf plus port, directory, password.
+write_redis_conf() {
+  umask 077
+  cat > "$PLATFORM_VAR_DIR/redis.conf" <<CONF
+include $PLATFORM_ROOT/platform/redis.conf
+port $REDIS_PORT
+dir $PLATFORM_VAR_DIR/redis
+requirepass $REDIS_PASSWORD
+CONF
+  umask 022
+}
