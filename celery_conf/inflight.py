@@ -60,7 +60,9 @@ class InflightLease(bootsteps.StartStopStep):
             return
         channel = consumer.channel
         qos = channel.qos
-        tags = list(qos._delivered)  # messages this worker holds: running or reserved
+        # Messages this worker holds, running or reserved; acked ones wait in _dirty until
+        # kombu flushes them, and ZADD XX would skip them anyway.
+        tags = [tag for tag in list(qos._delivered) if tag not in qos._dirty]
         now = time.time()
         try:
             pipe = channel.client.pipeline(transaction=False)
