@@ -130,3 +130,13 @@ def test_redis_sigkilled_after_a_burst_of_202s_loses_no_acknowledged_document(ma
     result = tally(stack, ids)
     assert result.lost == 0 and result.failed == 0 and result.doubled == 0
     measure(**result.as_dict(), all_done_after_redis_kill_s=time.monotonic() - killed_at)
+
+
+def test_submit_while_redis_is_down_answers_503_and_keeps_nothing(make_stack):
+    stack = make_stack()
+    client = stack.start_web(workers=1).session()
+    stack.redis.kill(signal.SIGKILL)
+    response = client.post("/api/documents/", json={"text": "hello world"})
+    assert response.status_code == 503
+    assert "nothing was saved" in response.json()["error"]
+    assert stack.query("SELECT COUNT(*) FROM documents_document")[0][0] == 0
