@@ -9,4 +9,5 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("", include("apps.documents.urls")),
+    path("", include("apps.notifications.urls")),
 ]

@@ -20,6 +20,8 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError as KombuOperationalError
 from redis.exceptions import RedisError
 
+from apps.events.bus import publish_event_on_commit
+
 from .models import Document, DocumentFact, DocumentRun
 from .processing import (
     PermanentProcessingError,
@@ -67,6 +69,7 @@ def document_submit(
     except (KombuOperationalError, RedisError, OSError) as exc:
         document.delete()
         raise QueueUnavailable(str(exc)) from exc
+    _announce(document.pk, State.QUEUED)
     return document
 
 
@@ -123,6 +126,7 @@ def _claim(
             document.claim_token = None
             document.finished_at = now
             document.save()
+            _announce(document_id, State.FAILED)
             return None
         # Runs still marked running belong to a worker that died, or to a duplicate delivery
         # that this claim now supersedes.
@@ -137,6 +141,7 @@ def _claim(
         run = DocumentRun.objects.create(
             document=document, task_id=task_id, worker=worker, pid=pid, redelivered=redelivered
         )
+        _announce(document_id, State.PROCESSING)
         return Claim(token=document.claim_token, run_id=run.pk, content=document.content)
 
 
@@ -170,6 +175,7 @@ def _finish_done(document_id: int, claim: Claim, result: ProcessingResult) -> st
             for kind, value in result.facts
         )
         _close_run(claim, Outcome.DONE)
+        _announce(document_id, State.DONE)
     return Outcome.DONE
 
 
@@ -182,16 +188,20 @@ def _finish_failed(document_id: int, claim: Claim, reason: str) -> str:
         )
         outcome = Outcome.FAILED if won else Outcome.SUPERSEDED
         _close_run(claim, outcome, reason)
+        if won:
+            _announce(document_id, State.FAILED)
     return outcome
 
 
 def _release_for_retry(document_id: int, claim: Claim, reason: str) -> None:
     with transaction.atomic():
-        _fenced(document_id, claim).update(
+        released = _fenced(document_id, claim).update(
             state=State.QUEUED, failure_reason=f"retrying: {reason}", claim_token=None,
             updated_at=timezone.now(),
         )
         _close_run(claim, Outcome.RETRYING, reason)
+        if released:
+            _announce(document_id, State.QUEUED)
 
 
 def documents_requeue_failed(*, document_ids: list[int] | None = None) -> list[int]:
@@ -207,5 +217,16 @@ def documents_requeue_failed(*, document_ids: list[int] | None = None) -> list[i
         )
         if updated:
             document_enqueue(document_id=document_id)
+            _announce(document_id, State.QUEUED)
             requeued.append(document_id)
     return requeued
+
+
+def _announce(document_id: int, state: str) -> None:
+    """Tell the owner's open pages about a state change, once it is committed."""
+    row = Document.objects.filter(pk=document_id).values("owner_id", "title", "word_count").first()
+    if row is not None:
+        publish_event_on_commit(kind="document.state", user_id=row["owner_id"], data={
+            "id": document_id, "state": str(state), "title": row["title"],
+            "word_count": row["word_count"],
+        })

@@ -10,7 +10,7 @@ from pathlib import Path
 import dj_database_url
 
 from celery_conf.policy import durable_task_settings
-from config.env import env_int, env_list, env_str
+from config.env import env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 VAR_DIR = Path(env_str("PLATFORM_VAR_DIR", str(BASE_DIR / "var")))
@@ -27,6 +27,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "apps.ops",
     "apps.documents",
+    "apps.events",
+    "apps.notifications",
 ]
 
 MIDDLEWARE = [
@@ -124,6 +126,23 @@ DOCUMENTS_MAX_STARTS = env_int("DOCUMENTS_MAX_STARTS", 8)
 # multipart envelope) so an oversized body is refused before it is read into memory.
 DATA_UPLOAD_MAX_MEMORY_SIZE = DOCUMENTS_MAX_BYTES + 64 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = DOCUMENTS_MAX_BYTES + 64 * 1024
+
+
+# --- events (the bus) and notifications (live pages) ------------------------------------
+# The replay log keeps at least the newest EVENTS_LOG_MAXLEN events and drops those older
+# than EVENTS_LOG_MAX_AGE_S (both trimmed per radix node, so "at least"); a client that was
+# away longer, or missed more, gets a "resync" and reloads its page's state.
+EVENTS_LOG_MAXLEN = env_int("EVENTS_LOG_MAXLEN", 10_000)
+EVENTS_LOG_MAX_AGE_S = env_int("EVENTS_LOG_MAX_AGE_S", 3600)
+# Events queued for one browser connection; a connection this far behind is cut off and
+# catches up from the log when it reconnects, so a slow client never holds memory hostage.
+EVENTS_CLIENT_QUEUE = env_int("EVENTS_CLIENT_QUEUE", 256)
+# A comment line this often keeps idle streams open through proxies (which cut at 30-60 s).
+EVENTS_HEARTBEAT_S = env_float("EVENTS_HEARTBEAT_S", 15.0)
+# How long a new stream waits for its worker's subscription before it says "resync" and ends.
+EVENTS_ATTACH_TIMEOUT_S = env_float("EVENTS_ATTACH_TIMEOUT_S", 5.0)
+# The browser's reconnect delay after a dropped stream (the SSE "retry" field).
+EVENTS_RETRY_MS = env_int("EVENTS_RETRY_MS", 1000)
 
 
 def celery_settings(redis_url: str) -> dict[str, object]:
