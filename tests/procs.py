@@ -322,14 +322,17 @@ def child_env(base_dir: Path, *, database: Path, redis_url: str, **overrides: st
 
 def make_template_db(base_dir: Path) -> Path:
     """Migrate once and create the test login; each Stack copies the file."""
+    base_dir.mkdir(parents=True, exist_ok=True)
     db = base_dir / "template.sqlite3"
     env = child_env(base_dir, database=db, redis_url="redis://:unused@127.0.0.1:1/0",
                     DJANGO_SUPERUSER_PASSWORD="tester-password-1")
     for args in (["migrate", "--noinput", "-v", "0"],
                  ["createsuperuser", "--noinput", "--username", "tester",
                   "--email", "tester@example.com"]):
-        subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True,
-                       capture_output=True, text=True, timeout=120)
+        result = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env,
+                                capture_output=True, text=True, timeout=120)
+        if result.returncode != 0:
+            raise RuntimeError(f"manage.py {args[0]} failed:\n{result.stderr[-3000:]}")
     with sqlite3.connect(db) as conn:  # fold the WAL into the file before it is copied
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return db
