@@ -17,11 +17,18 @@ class Queue(StrEnum):
 
 # Task names, as the apps' decorators and the schedule tables spell them.
 DOCUMENT_PROCESS = "documents.process"
+# Periodic jobs of the reports system (scheduler/tables.py fires them by these names).
+REPORTS_USAGE_ROLLUP = "reports.usage_rollup"
+REPORTS_DAILY_DIGEST = "reports.daily_digest"
+REPORTS_RETENTION_PURGE = "reports.retention_purge"
 
 # Which queue each task goes to. A task missing here falls back to Queue.DEFAULT, and a test
 # fails so it cannot happen by accident.
 TASK_QUEUES: dict[str, Queue] = {
     DOCUMENT_PROCESS: Queue.DOCUMENTS,
+    REPORTS_USAGE_ROLLUP: Queue.REPORTS,
+    REPORTS_DAILY_DIGEST: Queue.REPORTS,
+    REPORTS_RETENTION_PURGE: Queue.REPORTS,
 }
 
 

@@ -9,5 +9,6 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("", include("apps.documents.urls")),
+    path("", include("apps.reports.urls")),
     path("", include("apps.notifications.urls")),
 ]

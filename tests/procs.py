@@ -216,6 +216,15 @@ class Stack:
         self.procs.append(proc)
         return proc
 
+    def start_elected_beat(self, name: str, **env: str) -> Proc:
+        """A beat as platform/supervisord.conf runs it: the fenced, lock-elected scheduler."""
+        proc = spawn(name, [
+            str(BIN / "celery"), "-A", "celery_conf", "beat",
+            "-S", "scheduler.redbeat:FencedRedBeatScheduler", "--loglevel", "INFO",
+        ], env={**self.env, "BEAT_NAME": name, **env}, log_dir=self.log_dir)
+        self.procs.append(proc)
+        return proc
+
     def start_web(self, *, workers: int = 2, wait: bool = True, **env: str) -> Web:
         port = free_port()
         proc = spawn(f"web-{port}", [

@@ -15,6 +15,7 @@ from django.conf import settings
 from celery_conf.connections import redis_client
 from celery_conf.inflight import HEARTBEAT_KEY_PREFIX
 from celery_conf.names import Queue
+from scheduler.lease import read_leadership
 
 # kombu's Redis transport keeps one list per priority step; together they are the queue.
 PRIORITY_STEPS = (0, 3, 6, 9)
@@ -86,11 +87,17 @@ def inflight_section(client: redis.Redis) -> dict[str, Any]:
     }
 
 
+def beat_section(client: redis.Redis) -> dict[str, Any]:
+    """Which beat holds the RedBeat lock, since when, and when the lock expires."""
+    return read_leadership(client)
+
+
 SECTIONS: dict[str, Section] = {
     "redis": redis_section,
     "workers": workers_section,
     "queues": queues_section,
     "inflight": inflight_section,
+    "beat": beat_section,
 }
 
 

@@ -11,6 +11,7 @@ import dj_database_url
 
 from celery_conf.policy import durable_task_settings
 from config.env import env_float, env_int, env_list, env_str
+from scheduler.settings import beat_settings
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 VAR_DIR = Path(env_str("PLATFORM_VAR_DIR", str(BASE_DIR / "var")))
@@ -29,6 +30,7 @@ INSTALLED_APPS = [
     "apps.documents",
     "apps.events",
     "apps.notifications",
+    "apps.reports",
 ]
 
 MIDDLEWARE = [
@@ -145,13 +147,21 @@ EVENTS_ATTACH_TIMEOUT_S = env_float("EVENTS_ATTACH_TIMEOUT_S", 5.0)
 EVENTS_RETRY_MS = env_int("EVENTS_RETRY_MS", 1000)
 
 
+# --- reports: periodic jobs (intervals: scheduler/tables.py; election: scheduler/settings.py)
+# Run records and roll-ups older than these are deleted by the retention purge. Runs must
+# outlive any message that could still fire their slot (expires <= 6 h), or the fence forgets.
+REPORTS_RUN_RETENTION_DAYS = env_int("REPORTS_RUN_RETENTION_DAYS", 30)
+REPORTS_USAGE_RETENTION_DAYS = env_int("REPORTS_USAGE_RETENTION_DAYS", 400)
+REPORTS_DIGEST_FROM = env_str("REPORTS_DIGEST_FROM", "reports@localhost")
+
+
 def celery_settings(redis_url: str) -> dict[str, object]:
     return durable_task_settings(
         broker_url=redis_url,
         visibility_timeout=env_int("CELERY_VISIBILITY_TIMEOUT", 30),
         soft_time_limit=env_int("CELERY_TASK_SOFT_TIME_LIMIT", 300),
         time_limit=env_int("CELERY_TASK_TIME_LIMIT", 360),
-    )
+    ) | beat_settings(redis_url=redis_url)
 
 
 SESSION_COOKIE_HTTPONLY = True

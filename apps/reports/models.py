@@ -1,0 +1,71 @@
+"""Runs of the periodic jobs (the slot fence) and the usage roll-up they produce."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class JobRun(models.Model):
+    """One run of a periodic job. A scheduled slot has at most one row: the fence.
+
+    However often a slot is fired (two beats, a clock jump, a Redis failover, a redelivered
+    message), only the delivery that inserts this row does the slot's work. Manual runs are
+    outside the constraint, so they can never take or block a scheduled slot.
+    """
+
+    class Kind(models.TextChoices):
+        SCHEDULED = "scheduled"
+        MANUAL = "manual"
+
+    class Outcome(models.TextChoices):
+        RUNNING = "running"  # still running, or its worker died (see started_at)
+        DONE = "done"
+        FAILED = "failed"
+
+    job = models.CharField(max_length=100)  # the stable task name, scheduler/tables.py
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    # Scheduled: the grid slot's start. Manual: when the run was requested.
+    slot = models.DateTimeField()
+    # First slot this run's work covers: earlier than ``slot`` when it catches up missed ones.
+    covers_from = models.DateTimeField()
+    fired_by = models.CharField(max_length=255, blank=True)  # beat token, or who ran it by hand
+    task_id = models.CharField(max_length=64, blank=True)
+    worker = models.CharField(max_length=255, blank=True)
+    started_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=10, choices=Outcome.choices, default=Outcome.RUNNING)
+    detail = models.TextField(blank=True)
+    # Later deliveries of this slot that the fence turned away.
+    duplicates = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-slot", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job", "slot"],
+                condition=models.Q(kind="scheduled"),
+                name="reports_one_run_per_scheduled_slot",
+            ),
+        ]
+        indexes = [models.Index(fields=["job", "kind", "outcome", "-slot"])]
+
+    def __str__(self) -> str:
+        return f"{self.job} {self.kind} {self.slot:%Y-%m-%d %H:%M:%S} ({self.outcome})"
+
+
+class UsageRollup(models.Model):
+    """One user's usage in one roll-up period: documents submitted and words processed."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    period_start = models.DateTimeField()
+    period_seconds = models.PositiveIntegerField()
+    documents = models.PositiveIntegerField(default=0)
+    words = models.PositiveIntegerField(default=0)
+    computed_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-period_start", "user_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "period_start"], name="reports_one_rollup"),
+        ]
