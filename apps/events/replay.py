@@ -10,21 +10,27 @@ import redis.asyncio as aioredis
 from .bus import LOG_KEY
 from .types import Event, StreamId, decode, format_id, parse_id
 
-# One round trip, atomic: the log's newest id, the newest id trimmed away, and a page after
-# the cursor. A cursor older than the newest trimmed id means events were lost to the bound.
+# One round trip, atomic: the log's newest id, whether anything was ever trimmed, the oldest
+# id kept, and a page after the cursor. (Redis 7.0's max-deleted-entry-id counts XDEL only,
+# not trimming, so the trimmed range is inferred: entries-added > length, below first-entry.)
 _READ_LUA = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return {'0-0', '0-0', {}} end
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'0-0', 0, '', {}} end
 local info = redis.call('XINFO', 'STREAM', KEYS[1])
-local last, deleted = '0-0', '0-0'
+local last, added, length, oldest = '0-0', 0, 0, ''
 for i = 1, #info, 2 do
-  if info[i] == 'last-generated-id' then last = info[i + 1] end
-  if info[i] == 'max-deleted-entry-id' then deleted = info[i + 1] end
+  local k, v = info[i], info[i + 1]
+  if k == 'last-generated-id' then last = v
+  elseif k == 'entries-added' then added = v
+  elseif k == 'length' then length = v
+  elseif k == 'first-entry' and type(v) == 'table' then oldest = v[1] end
 end
 local page = {}
 if tonumber(ARGV[2]) > 0 then
   page = redis.call('XRANGE', KEYS[1], '(' .. ARGV[1], '+', 'COUNT', ARGV[2])
 end
-return {last, deleted, page}
+local trimmed = 0
+if added > length then trimmed = 1 end
+return {last, trimmed, oldest, page}
 """
 
 PAGE_SIZE = 500
@@ -45,8 +51,21 @@ class Page:
 
 
 async def log_tail(client: aioredis.Redis) -> str:
-    last, _deleted, _page = await client.eval(_READ_LUA, 1, LOG_KEY, "0-0", 0)
+    last, _trimmed, _oldest, _page = await client.eval(_READ_LUA, 1, LOG_KEY, "0-0", 0)
     return str(last)
+
+
+def _missed_beyond_log(after: StreamId, last: StreamId, trimmed: bool, oldest: str) -> bool:
+    if after > last:
+        return True  # ids from the future: the log was reset (Redis lost its data)
+    if not trimmed:
+        return False  # nothing ever left the log
+    kept = parse_id(oldest)
+    if kept is None:
+        return after < last  # everything was trimmed, including what came after the cursor
+    # Entries below the oldest kept one were trimmed. A cursor exactly at the newest trimmed
+    # entry also lands here: a needless resync in that one case, never a silent loss.
+    return after < kept
 
 
 async def log_after(client: aioredis.Redis, *, cursor: str) -> AsyncIterator[Page]:
@@ -55,11 +74,12 @@ async def log_after(client: aioredis.Redis, *, cursor: str) -> AsyncIterator[Pag
     if after is None:
         raise LogGap(await log_tail(client))
     while True:
-        last, deleted, rows = await client.eval(_READ_LUA, 1, LOG_KEY, format_id(after), PAGE_SIZE)
-        last_sid, deleted_sid = parse_id(last), parse_id(deleted)
-        assert last_sid is not None and deleted_sid is not None
-        if after > last_sid or deleted_sid > after:
-            raise LogGap(str(last))  # a reset log (ids from the future) or a trimmed range
+        last, trimmed, oldest, rows = await client.eval(
+            _READ_LUA, 1, LOG_KEY, format_id(after), PAGE_SIZE)
+        last_sid = parse_id(last)
+        assert last_sid is not None
+        if _missed_beyond_log(after, last_sid, bool(trimmed), oldest):
+            raise LogGap(str(last))
         events = [decode(event_id, dict(zip(fields[::2], fields[1::2]))["e"])
                   for event_id, fields in rows]
         if len(events) < PAGE_SIZE:

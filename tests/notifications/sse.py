@@ -38,6 +38,8 @@ class SSEClient:
     events: list[Received] = field(default_factory=list)
     workers: list[int] = field(default_factory=list)  # one per connection, in order
     heartbeats: int = 0
+    small_buffer: bool = False  # a tiny receive buffer, so a paused client backs up fast
+    paused: threading.Event = field(default_factory=threading.Event)
     statuses: list[int] = field(default_factory=list)
     ready: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -74,19 +76,25 @@ class SSEClient:
             self._thread.join(timeout=10)
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        first = True
+        while not self._stop.is_set() and (first or self.reconnect):
+            first = False
             try:
                 self._connect_once()
             except (OSError, http.client.HTTPException, ValueError):
                 pass
             self.ready.clear()
-            if not self.reconnect:
-                return
             self._stop.wait(0.2)  # the browser's retry delay, shortened
 
     def _connect_once(self) -> None:
         parts = urlsplit(self.base)
         conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+        if self.small_buffer:
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.settimeout(60)
+            sock.connect((parts.hostname, parts.port))
+            conn.sock = sock
         self._conn = conn
         headers = {"Cookie": self.cookie, "Accept": "text/event-stream"}
         if self.cursor:
@@ -108,6 +116,8 @@ class SSEClient:
         block: dict[str, str] = {}
         data: list[str] = []
         while True:
+            while self.paused.is_set() and not self._stop.is_set():
+                time.sleep(0.05)  # a client that stopped reading: its buffers fill up
             raw = response.readline()
             if not raw:
                 return  # the server closed the stream
