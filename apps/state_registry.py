@@ -1,0 +1,41 @@
+"""Every piece of in-process state in the project, with the coordination it needs.
+
+``manage.py check`` fails when the scanner finds state missing here, or an entry here whose
+state is gone (apps/ops/checks.py). ``manage.py audit_state`` prints the table, and
+``manage.py audit_state --write-adr adr/0009-enforce-the-state-audit-with-a-system-check.md``
+regenerates the ADR's copy (a test keeps the two equal).
+"""
+
+from __future__ import annotations
+
+from apps.ops.audit.registry import Classified
+from apps.ops.audit.registry import Coordination as C
+
+CONSTANT = "a table filled at import and never mutated: identical in every process"
+
+REGISTRY: list[Classified] = [
+    # --- platform plumbing ----------------------------------------------------------------
+    Classified("celery_conf/names.py", "TASK_QUEUES", C.NONE, CONSTANT),
+    Classified("celery_conf/connections.py", "redis_client", C.NONE,
+               "one redis-py connection pool per process: a resource, not data; "
+               "redis-py resets it after fork"),
+    Classified("apps/ops/status.py", "SECTIONS", C.NONE, CONSTANT),
+    Classified("apps/ops/management/commands/audit_state.py", "RENDER", C.NONE, CONSTANT),
+    Classified("apps/state_registry.py", "REGISTRY", C.NONE, CONSTANT),
+    # --- reports: periodic jobs ---------------------------------------------------------
+    Classified("scheduler/tables.py", "TABLES", C.ELECT_ONCE,
+               "schedule definitions; only the RedBeat leader turns them into runs, and the "
+               "(job, slot) run record fences each slot"),
+    Classified("scheduler/tables.py", "JOBS", C.NONE, CONSTANT),
+    Classified("apps/reports/services.py", "WORK", C.NONE, CONSTANT),
+    Classified("apps/reports/tasks.py", "RETRY", C.NONE, CONSTANT),
+    Classified("apps/reports/tasks.py", "TASKS", C.NONE, CONSTANT),
+    # --- notifications: the event bus ---------------------------------------------------
+    Classified("apps/events/hub.py", "_hub", C.BROADCAST,
+               "this web worker's one Redis pub/sub subscription and its local SSE "
+               "connections; the replay log in Redis covers gaps"),
+    Classified("apps/events/hub.py", "_hub_loop", C.NONE,
+               "the event loop the hub is bound to: per process by nature"),
+    Classified("apps/events/hub.py", "_log_client", C.NONE,
+               "an async Redis connection pool per process: a resource, not data"),
+]
