@@ -1,0 +1,57 @@
+"""The per-connection telemetry stream: sample on a fixed clock, send each sample as SSE.
+
+It runs as an async generator in the web worker that accepted the connection and touches no
+shared service, so any number of web workers serve it unchanged (adr/0010).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from collections.abc import AsyncIterator
+
+from apps.notifications.sse import frame
+
+from .sampling import Sampler
+
+log = logging.getLogger(__name__)
+
+
+async def telemetry_stream(*, rate_hz: float, max_seconds: float, retry_ms: int
+                           ) -> AsyncIterator[bytes]:
+    """Samples at ``rate_hz`` until the client leaves or ``max_seconds`` have passed.
+
+    The clock is absolute (next tick = previous tick + period), so a slow send does not drift
+    the rate; a worker that falls more than a period behind skips the missed ticks instead of
+    bursting them, because a chart wants the current value, not a backlog.
+    """
+    period = 1.0 / rate_hz
+    sampler = Sampler()
+    started = time.monotonic()
+    sent = 0
+    try:
+        # The pid comment tells a test (and a curious operator) which worker serves it.
+        yield frame(comment=f"worker {os.getpid()}", retry=retry_ms)
+        yield frame(event="hello", data=json.dumps({"worker": os.getpid(), "rate_hz": rate_hz}))
+        next_tick = time.monotonic()
+        while next_tick - started < max_seconds:
+            delay = next_tick - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            elif -delay > period:
+                next_tick = time.monotonic()  # behind: drop the missed ticks
+            sample = sampler.sample()
+            yield frame(event="sample", data=json.dumps(sample.as_dict(), separators=(",", ":")))
+            sent += 1
+            next_tick += period
+        # Ending on purpose bounds a connection's life; EventSource reconnects after `retry`,
+        # possibly to another worker, which is fine for a stream that has no shared state.
+        yield frame(event="bye", data=json.dumps({"sent": sent}))
+    except asyncio.CancelledError:
+        # Django cancels the generator when the client disconnects: nothing to release but
+        # the log line, and the cancellation must propagate.
+        log.debug("telemetry stream closed by the client after %d samples", sent)
+        raise
