@@ -1,0 +1,80 @@
+"""The README's first command: `bash platform/up` starts the whole platform, a second run
+reports it, and Ctrl-C stops every process. Runs the real script on free ports."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+
+import psutil
+import pytest
+import requests
+
+from tests.procs import ROOT, BIN, free_port, wait_until
+
+pytestmark = pytest.mark.processes
+
+
+def test_platform_up_starts_everything_reports_twice_and_stops_on_ctrl_c(tmp_path, measure):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "DJANGO_"))}
+    env.update({"PLATFORM_VAR_DIR": str(tmp_path / "var"), "VENV": str(BIN.parent),
+                "REDIS_PORT": str(free_port()), "WEB_PORT": str(free_port()),
+                "FLOWER_PORT": str(free_port())})
+    log = open(tmp_path / "up.log", "w")
+    up = subprocess.Popen(["bash", "platform/up"], cwd=ROOT, env=env, stdout=log,
+                          stderr=subprocess.STDOUT, start_new_session=True)
+    output = lambda: (tmp_path / "up.log").read_text()  # noqa: E731
+    try:
+        wait_until(lambda: "running; press Ctrl-C to stop" in output(), timeout=180,
+                   what="platform/up reports the platform running")
+        text = output()
+        assert "log in as dev / " in text and f"http://127.0.0.1:{env['WEB_PORT']}/" in text
+        for name in ("redis", "web", "worker:worker1", "worker:worker2", "beat:beat1",
+                     "beat:beat2", "flower"):
+            assert re.search(rf"^{name}\s+RUNNING", text, re.MULTILINE), f"{name} not running"
+
+        # The development login works, and Flower wants its password.
+        password = text.split("log in as dev / ", 1)[1].split()[0]
+        web = f"http://127.0.0.1:{env['WEB_PORT']}"
+        session = requests.Session()
+        session.get(web + "/accounts/login/", timeout=10)
+        response = session.post(web + "/accounts/login/", data={
+            "username": "dev", "password": password,
+            "csrfmiddlewaretoken": session.cookies["csrftoken"]}, timeout=10)
+        assert response.url.endswith("/documents/")
+        flower = f"http://127.0.0.1:{env['FLOWER_PORT']}/"
+        assert requests.get(flower, timeout=10).status_code == 401
+
+        status = subprocess.run(
+            [str(BIN / "python"), "manage.py", "status", "--json"], cwd=ROOT, timeout=60,
+            env={**env, "REDIS_URL": redis_url(tmp_path, env)}, capture_output=True, text=True)
+        report = json.loads(status.stdout)
+        assert report["workers"]["alive"] == 2
+        assert report["redis"]["appendfsync"] == "always"
+        assert report["redis"]["maxmemory_policy"] == "noeviction"
+
+        again = subprocess.run(["bash", "platform/up"], cwd=ROOT, env=env, timeout=120,
+                               capture_output=True, text=True)
+        assert again.returncode == 0 and "already running" in again.stderr
+
+        children = psutil.Process(up.pid).children(recursive=True)
+        os.killpg(up.pid, signal.SIGINT)  # what Ctrl-C in the terminal sends
+        assert up.wait(timeout=120) == 0
+        assert "stopped" in output()
+        gone, alive = psutil.wait_procs(children, timeout=30)
+        assert alive == [], f"left running: {[p.cmdline() for p in alive]}"
+        measure(processes_started=len(children), processes_left=len(alive))
+    finally:
+        if up.poll() is None:
+            os.killpg(up.pid, signal.SIGKILL)
+        for proc in psutil.process_iter(["cmdline"]):
+            if str(tmp_path) in " ".join(proc.info["cmdline"] or []):
+                proc.kill()
+
+
+def redis_url(tmp_path, env) -> str:
+    values = dict(line.split("=", 1) for line in (tmp_path / "var" / "dev.env").read_text().split())
+    return f"redis://:{values['REDIS_PASSWORD']}@127.0.0.1:{env['REDIS_PORT']}/0"
