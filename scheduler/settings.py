@@ -12,7 +12,7 @@ from typing import Any
 
 from celery.schedules import schedule
 
-from config.env import env_float
+from config.env import env_float, env_str
 
 from .tables import JOBS
 
@@ -25,7 +25,8 @@ DEFAULT_LOOP_INTERVAL = 1.0
 # every loop interval leads within lock timeout + one interval (about 6 s) of a leader's death.
 DEFAULT_LOCK_TIMEOUT = 5.0
 # RedBeat's keys: <prefix>:lock, <prefix>:schedule, <prefix>:statics, <prefix><entry name>.
-KEY_PREFIX = "platform:beat:"
+# Configurable only so two platforms can share one Redis (and a test can split the brain).
+KEY_PREFIX = env_str("BEAT_KEY_PREFIX", "platform:beat:")
 # A Redis command that hangs this long is treated as Redis being away, well inside one lock
 # timeout, so a leader cut off from Redis notices before its lease could have passed on.
 REDIS_SOCKET_TIMEOUT = 2.0

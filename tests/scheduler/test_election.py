@@ -188,3 +188,24 @@ def test_twenty_failovers_in_a_row(make_stack, measure):
     assert_policies_followed(stack, handovers=FAILOVERS)
     measure(failovers=len(handovers), handover_p50_s=statistics.median(handovers),
             handover_max_s=max(handovers), **result.as_dict())
+
+
+def test_two_leaders_at_once_the_slot_fence_still_runs_each_slot_once(make_stack, measure):
+    # A split brain, as after a Redis failover to a replica that never saw the lock: two
+    # beats that do not share a lock both lead and both fire every slot. The run record is
+    # the only thing left between them and doubled work.
+    stack = make_stack(env=BEAT_ENV)
+    workers = [stack.start_worker("w1", concurrency=2)]
+    beats = [stack.start_elected_beat("b1"),
+             stack.start_elected_beat("b2", BEAT_KEY_PREFIX="split:beat:")]
+    wait_until(lambda: all("beat: elected leader" in p.log() for p in beats), timeout=60,
+               what="both beats lead")
+    wait_runs(stack, DIGEST, after=now(), count=3, timeout=30)
+    wait_until(lambda: tally(stack, beats, workers).fenced >= 3, timeout=30,
+               what="second deliveries reach the fence")
+
+    result = tally(stack, beats, workers)
+    assert result.fired_twice > 0, "both beats should have fired the same slots"
+    assert result.doubled == 0
+    assert result.missed[ROLLUP] == 0
+    measure(**result.as_dict())
