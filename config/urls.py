@@ -11,4 +11,6 @@ urlpatterns = [
     path("", include("apps.documents.urls")),
     path("", include("apps.reports.urls")),
     path("", include("apps.notifications.urls")),
+    path("", include("apps.telemetry.urls")),
+    path("", include("apps.metering.urls")),
 ]

@@ -9,6 +9,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
+from apps.metering.limits import daily_limit
 from apps.ops.http import api_login_required, json_error
 
 from .inputs import SubmissionError, submission_from_request
@@ -29,6 +30,7 @@ def _submit(request: HttpRequest):  # type: ignore[no-untyped-def]
 
 @login_required
 @require_http_methods(["GET", "POST"])
+@daily_limit(page=True)
 def document_list_page(request: HttpRequest) -> HttpResponse:
     status = 200
     if request.method == "POST":
@@ -60,6 +62,7 @@ def document_detail_page(request: HttpRequest, document_id: int) -> HttpResponse
 
 @api_login_required
 @require_http_methods(["GET", "POST"])
+@daily_limit(page=False)
 def documents_api(request: HttpRequest) -> HttpResponse:
     if request.method == "GET":
         docs = [document_as_dict(d) for d in document_list(owner=request.user)]

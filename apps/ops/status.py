@@ -87,6 +87,13 @@ def inflight_section(client: redis.Redis) -> dict[str, Any]:
     }
 
 
+def metering_section(client: redis.Redis) -> dict[str, Any]:
+    """Today's API usage: calls counted, users seen, users at the daily limit."""
+    from apps.metering.selectors import usage_summary  # ops reads the apps, never the reverse
+
+    return usage_summary()
+
+
 def beat_section(client: redis.Redis) -> dict[str, Any]:
     """Which beat holds the RedBeat lock, since when, and when the lock expires."""
     return read_leadership(client)
@@ -98,6 +105,7 @@ SECTIONS: dict[str, Section] = {
     "queues": queues_section,
     "inflight": inflight_section,
     "beat": beat_section,
+    "metering": metering_section,
 }
 
 

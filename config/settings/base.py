@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 from celery_conf.policy import durable_task_settings
 from config.env import env_float, env_int, env_list, env_str
@@ -31,6 +32,8 @@ INSTALLED_APPS = [
     "apps.events",
     "apps.notifications",
     "apps.reports",
+    "apps.telemetry",
+    "apps.metering",
 ]
 
 MIDDLEWARE = [
@@ -153,6 +156,31 @@ EVENTS_RETRY_MS = env_int("EVENTS_RETRY_MS", 1000)
 REPORTS_RUN_RETENTION_DAYS = env_int("REPORTS_RUN_RETENTION_DAYS", 30)
 REPORTS_USAGE_RETENTION_DAYS = env_int("REPORTS_USAGE_RETENTION_DAYS", 400)
 REPORTS_DIGEST_FROM = env_str("REPORTS_DIGEST_FROM", "reports@localhost")
+
+
+# --- telemetry: the live chart's per-connection stream (adr/0010) ---------------------------
+# Samples per second when the page does not ask for a rate, and the range a page may ask for
+# (?rate=); outside it the stream answers 400.
+TELEMETRY_RATE_HZ = env_float("TELEMETRY_RATE_HZ", 25.0)
+TELEMETRY_MIN_RATE_HZ = env_float("TELEMETRY_MIN_RATE_HZ", 1.0)
+TELEMETRY_MAX_RATE_HZ = env_float("TELEMETRY_MAX_RATE_HZ", 50.0)
+# A stream ends after this long and the browser reconnects (to any worker): bounds how long
+# one connection pins one worker, e.g. across a deploy's graceful shutdown.
+TELEMETRY_STREAM_MAX_S = env_float("TELEMETRY_STREAM_MAX_S", 600.0)
+TELEMETRY_RETRY_MS = env_int("TELEMETRY_RETRY_MS", 1000)
+
+
+# --- metering: per-user daily usage of the submit endpoint (adr/0011) ----------------------
+# database (chosen, measured in adr/0011) | redis | local (rejected candidate, for the
+# benchmark) | off (no counting, no limit: the benchmark's baseline).
+METERING_BACKEND = env_str("METERING_BACKEND", "database")
+if METERING_BACKEND not in ("database", "redis", "local", "off"):
+    raise ImproperlyConfigured(
+        f"METERING_BACKEND must be database, redis, local or off, got {METERING_BACKEND!r}")
+# Document submissions accepted per user per UTC day; past it, 429 until midnight UTC.
+METERING_DAILY_LIMIT = env_int("METERING_DAILY_LIMIT", 1000)
+# The local candidate's flush period (unused by the others).
+METERING_FLUSH_S = env_float("METERING_FLUSH_S", 2.0)
 
 
 def celery_settings(redis_url: str) -> dict[str, object]:
