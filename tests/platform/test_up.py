@@ -68,11 +68,24 @@ def test_platform_up_starts_everything_reports_twice_and_stops_on_ctrl_c(tmp_pat
         assert alive == [], f"left running: {[p.cmdline() for p in alive]}"
         measure(processes_started=len(children), processes_left=len(alive))
     finally:
-        if up.poll() is None:
-            os.killpg(up.pid, signal.SIGKILL)
-        for proc in psutil.process_iter(["cmdline"]):
-            if str(tmp_path) in " ".join(proc.info["cmdline"] or []):
-                proc.kill()
+        stop_leftovers(up, tmp_path / "var" / "supervisord.pid")
+
+
+def stop_leftovers(up: subprocess.Popen, pidfile) -> None:
+    """After a failure: stop the script, its supervisord (own session) and every child."""
+    if up.poll() is None:
+        os.killpg(up.pid, signal.SIGKILL)
+    if not pidfile.exists():
+        return
+    try:
+        supervisor = psutil.Process(int(pidfile.read_text()))
+    except (psutil.NoSuchProcess, ValueError):
+        return
+    tree = [supervisor, *supervisor.children(recursive=True)]
+    supervisor.terminate()
+    _, alive = psutil.wait_procs(tree, timeout=30)
+    for proc in alive:
+        proc.kill()
 
 
 def redis_url(tmp_path, env) -> str:
