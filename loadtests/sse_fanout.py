@@ -128,11 +128,15 @@ async def measure_system(name: str, url: str, headers: dict[str, str], publish: 
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     await session.close()
-    sustained = [p["rate"] for p in phases
-                 if p["delivered"] >= p["expected"] * 0.999 and p["p99_ms"] <= 1000]
+    # The highest rate up to which every phase delivered everything with p99 within 1 s.
+    sustained = 0.0
+    for p in phases:
+        if p["delivered"] < p["expected"] * 0.999 or p["p99_ms"] > 1000:
+            break
+        sustained = p["rate"]
     return {"system": name, "clients": clients, "per_worker": dict(fleet.workers),
             "connect_errors": fleet.errors, "phases": phases,
-            "sustained_events_per_s": max(sustained) if sustained else 0}
+            "sustained_events_per_s": sustained}
 
 
 # --- publishers (run as child processes, so they do not share the clients' CPU time) -------
