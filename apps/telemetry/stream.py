@@ -52,6 +52,6 @@ async def telemetry_stream(*, rate_hz: float, max_seconds: float, retry_ms: int
         yield frame(event="bye", data=json.dumps({"sent": sent}))
     except asyncio.CancelledError:
         # Django cancels the generator when the client disconnects: nothing to release but
-        # the log line, and the cancellation must propagate.
-        log.debug("telemetry stream closed by the client after %d samples", sent)
+        # the log line (the test watches for it), and the cancellation must propagate.
+        log.info("telemetry stream closed by the client after %d samples", sent)
         raise

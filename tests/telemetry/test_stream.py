@@ -83,12 +83,15 @@ def test_a_closed_connection_ends_its_stream_and_the_worker_keeps_serving(make_s
     first = StreamReader(web.base, cookie).start()
     wait_until(lambda: len(first.arrivals) >= 5, timeout=30, what="first stream flowing")
     first.stop()
+    web_log = stack.procs[-1].log
+    wait_until(lambda: "telemetry stream closed by the client" in web_log(), timeout=30,
+               what="the server to cancel the stream of the client that left")
     # The cancelled generator must not take the worker with it: new streams still flow.
     readers = [StreamReader(web.base, cookie).start() for _ in range(4)]
     try:
         wait_until(lambda: all(len(r.arrivals) >= 5 for r in readers), timeout=30,
                    what="new streams flowing after a client left")
-        assert "Traceback" not in stack.procs[-1].log()
+        assert "Traceback" not in web_log()
     finally:
         for r in readers:
             r.stop()
