@@ -38,4 +38,9 @@ REGISTRY: list[Classified] = [
                "the event loop the hub is bound to: per process by nature"),
     Classified("apps/events/hub.py", "_log_client", C.NONE,
                "an async Redis connection pool per process: a resource, not data"),
+    # --- metering: per-user daily usage ----------------------------------------------------
+    Classified("apps/metering/backends.py", "counters", C.SHARED_COUNTER,
+               "the counts live in one database row per user and day, taken with one atomic "
+               "conditional UPDATE (adr/0011); this memoises the per-process handle. Only the "
+               "benchmark's METERING_BACKEND=local keeps counts in it, measured to lose them"),
 ]
