@@ -37,9 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import psutil  # noqa: E402
 
+from apps.events.bus import CHANNEL  # noqa: E402
 from loadtests.common import new_figure, progress, save_figure, save_json  # noqa: E402
 from tests.procs import ROOT, Stack, Web, make_template_db, wait_until  # noqa: E402
-from apps.events.bus import CHANNEL  # noqa: E402
 from tests.telemetry.reader import StreamReader  # noqa: E402
 
 MODES = ("per-connection", "bus-per-client", "bus-shared")
