@@ -26,7 +26,7 @@ def test_the_chart_draws_the_live_stream(make_stack, browser, measure):  # noqa:
     page.wait_for_function("document.getElementById('tm-status').textContent === 'live'",
                            timeout=30_000)
     # The page's own one-second count reaches a plausible share of the rate.
-    page.wait_for_function("Number(document.getElementById('tm-rate').textContent) >= 15",
+    page.wait_for_function("Number(document.getElementById('tm-rate').textContent) >= 20",
                            timeout=30_000)
     assert page.evaluate(PAINTED) > 500
     worker = page.locator("#tm-worker").text_content()
