@@ -19,24 +19,9 @@ from django.conf import settings
 from apps.events.hub import BusUnavailable, Subscriber, get_hub, log_client
 from apps.events.replay import LogGap, log_after, log_tail
 from apps.events.types import Event, StreamId, format_id, parse_id
+from apps.sse import frame
 
 log = logging.getLogger(__name__)
-
-
-def frame(*, event: str | None = None, data: str | None = None, id: str | None = None,
-          comment: str | None = None, retry: int | None = None) -> bytes:
-    lines = []
-    if comment is not None:
-        lines.append(f": {comment}")
-    if retry is not None:
-        lines.append(f"retry: {retry}")
-    if id is not None:
-        lines.append(f"id: {id}")
-    if event is not None:
-        lines.append(f"event: {event}")
-    if data is not None:
-        lines.extend(f"data: {line}" for line in data.split("\n"))
-    return ("\n".join(lines) + "\n\n").encode()
 
 
 def event_frame(event: Event) -> bytes:

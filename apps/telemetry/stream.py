@@ -13,7 +13,7 @@ import os
 import time
 from collections.abc import AsyncIterator
 
-from apps.notifications.sse import frame
+from apps.sse import frame
 
 from .sampling import Sampler
 

@@ -39,6 +39,7 @@ def test_each_kind_of_state_is_found_in_the_fixture_app():
         (s, "Registry.handlers"): Kind.CLASS_MUTABLE,
         (s, "lookup"): Kind.CACHE,
         (s, "_client"): Kind.SINGLETON,
+        (s, "ticker"): Kind.STREAM,
         (a, "ready:Thread"): Kind.THREAD,
         (a, "ready:scheduler"): Kind.SCHEDULER,
     }

@@ -2,7 +2,9 @@
 
 What counts as state: module-level mutable objects, memoised functions, threads and timers
 started at import or in ``AppConfig.ready``, in-memory queues, schedulers, class-level
-mutable attributes, and process-local singletons (a module global rebound with ``global``).
+mutable attributes, process-local singletons (a module global rebound with ``global``), and
+per-connection streams (async generators: a response that lives in one process as long as
+its client stays connected).
 Immutable constants (tuples, frozensets, strings, numbers, compiled patterns) are not state.
 """
 
@@ -23,6 +25,7 @@ class Kind(StrEnum):
     QUEUE = "in-memory queue"
     SCHEDULER = "scheduler"
     SINGLETON = "process-local singleton"
+    STREAM = "per-connection stream"
 
 
 @dataclass(frozen=True, order=True)
@@ -93,6 +96,18 @@ def _is_mutable(value: ast.AST | None) -> bool:
     return isinstance(value, MUTABLE_NODES) or _call_name(value) in MUTABLE_CALLS
 
 
+def _yields(function: ast.AsyncFunctionDef) -> bool:
+    """Whether the function itself (not a function nested in it) yields."""
+    pending: list[ast.AST] = list(function.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.Yield, ast.YieldFrom)):
+            return True
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            pending.extend(ast.iter_child_nodes(node))
+    return False
+
+
 def _targets(node: ast.Assign | ast.AnnAssign) -> list[str]:
     targets = node.targets if isinstance(node, ast.Assign) else [node.target]
     return [t.id for t in targets if isinstance(t, ast.Name)]
@@ -158,6 +173,8 @@ class _Visitor:
             name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
             if name in CACHE_DECORATORS:
                 self.add(node, node.name, Kind.CACHE)
+        if isinstance(node, ast.AsyncFunctionDef) and _yields(node):
+            self.add(node, node.name, Kind.STREAM)
         for child in ast.walk(node):
             if isinstance(child, ast.Global):
                 for name in child.names:

@@ -15,5 +15,6 @@ REGISTRY = [
     Classified(P, "lookup", C.NONE, "pure function of its argument"),
     Classified("stateful/apps.py", "ready:Thread", C.ELECT_ONCE, "RedBeat"),
     Classified("stateful/apps.py", "ready:scheduler", C.ELECT_ONCE, "RedBeat"),
+    Classified(P, "ticker", C.LOCAL_STREAM, "per connection"),
     Classified(P, "GONE", C.NONE, "state that was removed"),
 ]

@@ -36,3 +36,8 @@ def client():
 async def consume():
     inbox = asyncio.Queue()  # local to one call: not process state
     return inbox
+
+
+async def ticker():
+    while True:  # a stream held open for one client in the serving process
+        yield 1
