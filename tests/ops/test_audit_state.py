@@ -103,3 +103,15 @@ def test_the_adr_table_is_the_command_output():
     text = ADR.read_text()
     table = text.split(ADR_BEGIN, 1)[1].split(ADR_END, 1)[0].strip()
     assert table == as_markdown(run_audit(ROOT, PROJECT_PACKAGES, load_registry()))
+
+
+def test_manage_py_check_runs_the_audit(tmp_path):
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, text=True,
+                            capture_output=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    from django.core.checks.registry import registry
+
+    assert state_audit_check in registry.get_checks()
