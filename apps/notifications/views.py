@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 from redis import RedisError
 
 from apps.ops.http import api_login_required, json_error
+from apps.sse import sse_response
 
 from .selectors import notifications_initial
 from .services import BroadcastError, broadcast_send
@@ -29,22 +30,15 @@ def notifications_api(request: HttpRequest) -> HttpResponse:
     return JsonResponse(notifications_initial(user_id=request.user.pk))
 
 
+@api_login_required
 @require_GET
 async def event_stream_view(request: HttpRequest) -> HttpResponse:
     """The logged-in user's events. There is no parameter naming a user: it is the session's."""
     user = await request.auser()
-    if not user.is_authenticated:
-        response = json_error(401, "Log in first (session cookie required).")
-        response["WWW-Authenticate"] = 'Session realm="platform"'
-        return response
     # EventSource sends Last-Event-ID on its own reconnects; a page's first connection (and
     # the script's reconnect after a refused one) passes its cursor as ?after=.
     cursor = request.headers.get("Last-Event-ID") or request.GET.get("after") or None
-    response = StreamingHttpResponse(
-        event_stream(user_id=user.pk, cursor=cursor), content_type="text/event-stream")
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"  # nginx: pass each event through at once
-    return response
+    return sse_response(event_stream(user_id=user.pk, cursor=cursor))
 
 
 @require_POST
