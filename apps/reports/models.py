@@ -19,9 +19,10 @@ class JobRun(models.Model):
         MANUAL = "manual"
 
     class Outcome(models.TextChoices):
-        RUNNING = "running"  # still running, or its worker died (see started_at)
+        RUNNING = "running"
         DONE = "done"
         FAILED = "failed"
+        LOST = "lost"  # its worker died mid-run (found by the job's next run)
 
     job = models.CharField(max_length=100)  # the stable task name, scheduler/tables.py
     kind = models.CharField(max_length=10, choices=Kind.choices)
@@ -32,6 +33,9 @@ class JobRun(models.Model):
     fired_by = models.CharField(max_length=255, blank=True)  # beat token, or who ran it by hand
     task_id = models.CharField(max_length=64, blank=True)
     worker = models.CharField(max_length=255, blank=True)
+    # The worker's main process, as its heartbeat names it: tells a dead run from a live one
+    # even after a restarted worker takes the same name.
+    worker_pid = models.PositiveIntegerField(null=True, blank=True)
     started_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     outcome = models.CharField(max_length=10, choices=Outcome.choices, default=Outcome.RUNNING)

@@ -19,9 +19,11 @@ from django.core import mail
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
+from redis.exceptions import RedisError
 
 from apps.documents.models import Document
 from celery_conf import names
+from celery_conf.liveness import worker_alive
 from scheduler.jobs import Missed, PeriodicJob
 from scheduler.tables import JOBS
 
@@ -50,13 +52,15 @@ def job_get(name: str) -> PeriodicJob:
 
 
 def job_run(
-    *, job_name: str, slot: str | None, fired_by: str, task_id: str, worker: str
+    *, job_name: str, slot: str | None, fired_by: str, task_id: str, worker: str,
+    worker_pid: int | None = None,
 ) -> str:
     """Run one delivery of a periodic job; returns the outcome ("done", or "duplicate")."""
     job = job_get(job_name)
+    job_runs_mark_lost(job=job)
     run = job_run_begin(
         job=job, slot=datetime.fromisoformat(slot) if slot else None, fired_by=fired_by,
-        task_id=task_id, worker=worker,
+        task_id=task_id, worker=worker, worker_pid=worker_pid,
     )
     if run is None:
         return "duplicate"
@@ -73,17 +77,18 @@ def job_run(
 
 
 def job_run_begin(
-    *, job: PeriodicJob, slot: datetime | None, fired_by: str, task_id: str, worker: str
+    *, job: PeriodicJob, slot: datetime | None, fired_by: str, task_id: str, worker: str,
+    worker_pid: int | None = None,
 ) -> JobRun | None:
     """Insert the run record; None if this scheduled slot already ran or is running."""
     now = timezone.now()
     if slot is None:  # by hand: never a grid slot, never fenced against one
         return JobRun.objects.create(
             job=job.name, kind=Kind.MANUAL, slot=now, covers_from=now, fired_by=fired_by,
-            task_id=task_id, worker=worker,
+            task_id=task_id, worker=worker, worker_pid=worker_pid,
         )
     fields = {"covers_from": _covers_from(job, slot), "fired_by": fired_by, "task_id": task_id,
-              "worker": worker}
+              "worker": worker, "worker_pid": worker_pid}
     try:
         with transaction.atomic():
             return JobRun.objects.create(job=job.name, kind=Kind.SCHEDULED, slot=slot, **fields)
@@ -101,6 +106,33 @@ def job_run_begin(
     logger.warning("reports: %s slot %s fired again (by %s); the fence kept it to one run",
                    job.name, slot.isoformat(), fired_by)
     return None
+
+
+def job_runs_mark_lost(*, job: PeriodicJob) -> int:
+    """Mark this job's runs whose worker died mid-run as lost; returns how many.
+
+    A SIGKILLed or OOM-killed worker leaves its run ``running``; its message, redelivered
+    after the visibility timeout, is turned away by the fence (or has expired). The job's next
+    run notices, so the page never shows a dead run as running. A catch-up job's next run
+    covers the lost run's window anyway (only finished runs end a window); a skip job's slot
+    stays lost, which is its declared policy.
+    """
+    running = JobRun.objects.filter(job=job.name, outcome=Outcome.RUNNING,
+                                    worker_pid__isnull=False).values_list("pk", "worker",
+                                                                          "worker_pid")
+    lost = 0
+    for run_id, worker, pid in running:
+        try:
+            alive = worker_alive(worker, pid)
+        except RedisError:
+            return lost  # Redis cannot tell: leave the records as they are
+        if not alive:
+            lost += JobRun.objects.filter(pk=run_id, outcome=Outcome.RUNNING).update(
+                outcome=Outcome.LOST, finished_at=timezone.now(),
+                detail=f"worker {worker} (pid {pid}) died mid-run; "
+                       + ("the next run covers its window" if job.missed is Missed.CATCH_UP
+                          else "its slot is skipped, per the job's policy"))
+    return lost
 
 
 def _covers_from(job: PeriodicJob, slot: datetime) -> datetime:

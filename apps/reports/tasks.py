@@ -7,6 +7,8 @@ would mail some users twice, and a missed digest is the lesser harm.
 
 from __future__ import annotations
 
+import os
+
 from typing import Any
 
 from celery import shared_task
@@ -21,8 +23,10 @@ RETRY = {"autoretry_for": (DatabaseError,), "max_retries": 3, "retry_backoff": 2
 
 
 def _run(task: Any, slot: str | None, fired_by: str) -> str:
+    # The pool process's parent is the worker's main process, whose pid the heartbeat names.
     return job_run(job_name=task.name, slot=slot, fired_by=fired_by,
-                   task_id=task.request.id or "", worker=task.request.hostname or "")
+                   task_id=task.request.id or "", worker=task.request.hostname or "",
+                   worker_pid=os.getppid())
 
 
 @shared_task(name=names.REPORTS_USAGE_ROLLUP, bind=True, **RETRY)
