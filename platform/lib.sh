@@ -28,6 +28,10 @@ ensure_system_packages() {
   fi
 }
 
+# Drop pip's warnings about package mirrors configured on this machine but absent; keep the
+# rest (errors included). pip's own exit status still decides (pipefail).
+quiet_pip() { grep -v "is ignored: it is neither a file nor a directory" || true; }
+
 # The virtual environment, reinstalled only when requirements.txt changes.
 ensure_venv() {
   if [ ! -x "$VENV/bin/python" ]; then
@@ -38,8 +42,8 @@ ensure_venv() {
   want="$(sha256sum "$PLATFORM_ROOT/requirements.txt" | cut -d' ' -f1)"
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     say "installing pinned Python dependencies"
-    "$VENV/bin/python" -m pip install -q --upgrade pip
-    "$VENV/bin/python" -m pip install -q -r "$PLATFORM_ROOT/requirements.txt"
+    "$VENV/bin/python" -m pip install -q --upgrade pip 2>&1 | quiet_pip
+    "$VENV/bin/python" -m pip install -q -r "$PLATFORM_ROOT/requirements.txt" 2>&1 | quiet_pip
     echo "$want" > "$stamp"
   fi
 }
