@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loadtests.common import new_figure, progress, save_figure, save_json  # noqa: E402
-from tests.procs import Stack, make_template_db, wait_until  # noqa: E402
+from tests.procs import Stack, make_template_db  # noqa: E402
 
 POLICIES = ("always", "everysec", "no")
 

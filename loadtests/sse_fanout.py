@@ -17,7 +17,6 @@ import asyncio
 import json
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time

@@ -18,7 +18,7 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -58,7 +58,7 @@ def main() -> None:
         for k in range(args.kills):
             time.sleep(args.interval)  # pacing of the load, not synchronisation
             name = "w1" if k % 2 == 0 else "w2"
-            wait_until(lambda: stack.query(  # noqa: B023
+            wait_until(lambda name=name: stack.query(
                 "SELECT 1 FROM documents_documentrun WHERE outcome='running' AND worker LIKE ?",
                 f"{name}@%"), timeout=60, what=f"{name} is running a document")
             workers[name].signal(signal.SIGKILL, group=True)
@@ -117,7 +117,7 @@ def redelivery_delays(stack: Stack, kills: list[tuple[str, float]]) -> list[floa
 
 def _ts(value: str) -> float:
     # Django stores aware datetimes in SQLite as naive UTC text.
-    return datetime.fromisoformat(value).replace(tzinfo=timezone.utc).timestamp()
+    return datetime.fromisoformat(value).replace(tzinfo=UTC).timestamp()
 
 
 if __name__ == "__main__":

@@ -120,7 +120,8 @@ class FencedRedBeatScheduler(RedBeatScheduler):
                 raise LeaseLost(f"the beat lock is no longer ours ({exc})") from exc
             except redis.RedisError as exc:
                 if not lease.valid():
-                    raise LeaseLost(f"could not renew the beat lock before it expired: {exc}")
+                    raise LeaseLost(
+                        f"could not renew the beat lock before it expired: {exc}") from exc
                 logger.warning("beat: cannot renew the lock (%s); %.1f s of lease left, not "
                                "scheduling until Redis answers", exc, lease.remaining())
                 return False

@@ -238,7 +238,8 @@ class Stack:
                        timeout=60, what="web server answers")
         return web
 
-    def manage(self, *args: str, check: bool = True, **env: str) -> subprocess.CompletedProcess[str]:
+    def manage(self, *args: str, check: bool = True,
+               **env: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "manage.py", *args], cwd=ROOT, env={**self.env, **env},
             capture_output=True, text=True, check=check, timeout=120,
@@ -312,7 +313,8 @@ class Client:
         return int(response.json()["id"])
 
 
-def child_env(base_dir: Path, *, database: Path, redis_url: str, **overrides: str) -> dict[str, str]:
+def child_env(base_dir: Path, *, database: Path, redis_url: str,
+              **overrides: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "DJANGO_"))}
     env.update({
         "DJANGO_SETTINGS_MODULE": "config.settings.development",

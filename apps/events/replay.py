@@ -80,7 +80,7 @@ async def log_after(client: aioredis.Redis, *, cursor: str) -> AsyncIterator[Pag
         assert last_sid is not None
         if _missed_beyond_log(after, last_sid, bool(trimmed), oldest):
             raise LogGap(str(last))
-        events = [decode(event_id, dict(zip(fields[::2], fields[1::2]))["e"])
+        events = [decode(event_id, dict(zip(fields[::2], fields[1::2], strict=True))["e"])
                   for event_id, fields in rows]
         if len(events) < PAGE_SIZE:
             yield Page(events=events, read_to=str(last))

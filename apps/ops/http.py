@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import wraps
-from asgiref.sync import iscoroutinefunction
-from typing import Any, Callable
+from typing import Any
 
+from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 

@@ -7,7 +7,8 @@ later systems (the beat election, the event bus) add their own section to SECTIO
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import redis
 from django.conf import settings

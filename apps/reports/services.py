@@ -48,7 +48,8 @@ def job_get(name: str) -> PeriodicJob:
     try:
         return JOBS[name]
     except KeyError:
-        raise UnknownJob(f"no periodic job named {name!r}; known: {', '.join(sorted(JOBS))}")
+        raise UnknownJob(
+            f"no periodic job named {name!r}; known: {', '.join(sorted(JOBS))}") from None
 
 
 def job_run(

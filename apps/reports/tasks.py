@@ -8,7 +8,6 @@ would mail some users twice, and a missed digest is the lesser harm.
 from __future__ import annotations
 
 import os
-
 from typing import Any
 
 from celery import shared_task

@@ -1,8 +1,10 @@
-"""Messages a worker must refuse: pickled payloads and unknown task names. Real worker, real Redis."""
+"""Messages a worker must refuse: pickled payloads and unknown task names.
+
+Real worker, real Redis.
+"""
 
 from __future__ import annotations
 
-import pickle
 import uuid
 from pathlib import Path
 

@@ -68,7 +68,8 @@ def test_sigkill_worker_mid_task_is_redelivered_within_bound_and_runs_once(make_
         assert runs[-1]["worker"].startswith("w2@")
     assert w2.alive()
     measure(**result.as_dict(), redelivery_s_max=max(redelivered_after.values()),
-            redelivery_s_min=min(redelivered_after.values()), completed_after_kill_s=completed_after)
+            redelivery_s_min=min(redelivered_after.values()),
+            completed_after_kill_s=completed_after)
 
 
 def test_task_longer_than_the_bound_on_a_live_worker_is_never_started_twice(make_stack, measure):

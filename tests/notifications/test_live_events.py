@@ -11,6 +11,7 @@ import os
 import signal
 import threading
 import time
+
 import pytest
 import requests
 from django.test import override_settings
@@ -43,7 +44,8 @@ def reported_connections(stack: Stack) -> int:
     return sum(json.loads(r)["connections"] for r in rows)
 
 
-def broadcast_numbered(stack: Stack, count: int, *, rate: float, start: int = 0) -> threading.Thread:
+def broadcast_numbered(stack: Stack, count: int, *, rate: float,
+                       start: int = 0) -> threading.Thread:
     """A producer outside the web workers: this test process, through the bus's own code."""
     client = stack.redis.client()
 
@@ -145,7 +147,8 @@ def test_reconnect_with_last_event_id_gets_missed_events_once_in_order(
     # Cut every stream several times while events flow: each reconnect replays from the log
     # while the live subscription already delivers (the race the id dedupe covers).
     for round_ in range(4):
-        wait_until(lambda: all(len(c.of_kind("broadcast")) > (round_ + 1) * 20 for c in clients),
+        wait_until(lambda round_=round_: all(len(c.of_kind("broadcast")) > (round_ + 1) * 20
+                                             for c in clients),
                    timeout=30, what="events flowing")
         for c in clients:
             c.drop()

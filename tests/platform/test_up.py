@@ -13,7 +13,7 @@ import psutil
 import pytest
 import requests
 
-from tests.procs import ROOT, BIN, free_port, wait_until
+from tests.procs import BIN, ROOT, free_port, wait_until
 
 pytestmark = pytest.mark.processes
 

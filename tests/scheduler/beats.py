@@ -122,7 +122,7 @@ def tally(stack: Stack, beats: list[Proc], workers: list[Proc]) -> Tally:
 def missed_slots(done: list, *, every: int, catch_up: bool) -> int:  # type: ignore[type-arg]
     """Grid slots between the first and last run that no finished run's window covers."""
     missed = 0
-    for before, after in zip(done, done[1:]):
+    for before, after in zip(done, done[1:], strict=False):
         start = _parse(after["covers_from"] if catch_up else after["slot"])
         gap = round((start - _parse(before["slot"])) / timedelta(seconds=every)) - 1
         missed += max(gap, 0)
@@ -134,7 +134,8 @@ def skipped_gaps(stack: Stack, job: str, every: int) -> list[int]:
     slots = [_parse(r[0]) for r in stack.query(
         "SELECT slot FROM reports_jobrun WHERE job = ? AND kind = 'scheduled' ORDER BY slot",
         job)]
-    gaps = [round((b - a) / timedelta(seconds=every)) - 1 for a, b in zip(slots, slots[1:])]
+    pairs = zip(slots, slots[1:], strict=False)
+    gaps = [round((b - a) / timedelta(seconds=every)) - 1 for a, b in pairs]
     return [g for g in gaps if g > 0]
 
 

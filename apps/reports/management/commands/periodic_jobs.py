@@ -37,7 +37,8 @@ class Command(BaseCommand):
 
             self.stdout.write(json_module.dumps(rows, indent=2))
             return
-        self.stdout.write(f"{'job':<26} {'every':>7} {'missed':<9} {'next slot (UTC)':<20} last run")
+        self.stdout.write(
+            f"{'job':<26} {'every':>7} {'missed':<9} {'next slot (UTC)':<20} last run")
         for row in rows:
             last = row["last_run"]
             last_text = "never" if last is None else (
