@@ -234,6 +234,10 @@ class Stack:
         self.procs.append(proc)
         web = Web(proc=proc, base=f"http://127.0.0.1:{port}")
         if wait:
+            # Every worker process up, not just the first: until the last one has loaded the
+            # app, the kernel hands every connection to the ones that have.
+            wait_until(lambda: proc.log().count("Application startup complete.") >= workers,
+                       timeout=60, what=f"{workers} web worker(s) started")
             wait_until(lambda: requests.get(web.base + "/accounts/login/", timeout=2).ok,
                        timeout=60, what="web server answers")
         return web

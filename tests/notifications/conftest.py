@@ -24,7 +24,7 @@ def cookie_of(client: Client) -> str:
 
 
 def spread_clients(web: Web, cookie: str, *, per_worker: int, workers: int = 2,
-                   name: str = "c", most: int = 24) -> list[SSEClient]:
+                   name: str = "c", most: int = 60) -> list[SSEClient]:
     """Open streams until at least ``per_worker`` are on each of ``workers`` web workers.
 
     uvicorn's workers share one listening socket and the kernel hands each connection to one

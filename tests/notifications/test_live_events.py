@@ -267,12 +267,17 @@ def test_a_client_too_far_behind_is_cut_off_and_catches_up(make_stack, sse_clien
     slow.paused.set()
     # ~7.5 MB in all: beyond what the kernel (up to 4 MB of send buffer on loopback) and
     # uvicorn buffer for a client that stopped reading.
+    # Paced by the fast client: never more than 4 events ahead of it (its queue holds 8), so
+    # if it is cut off, the slow one disturbed it; the slow one falls behind without bound.
     n, padding = 2500, "x" * 3000
     client = stack.redis.client()
     for i in range(n):
         publish_with(client, kind="broadcast", user_id=None,
                      data={"message": f"{padding} {i}", "sender": "test"})
-    wait_until(received_all([fast], n), timeout=30, what="the fast client keeps up")
+        if i % 4 == 3:
+            wait_until(lambda i=i: len(fast.of_kind("broadcast")) > i, timeout=30,
+                       interval=0.002, what="the fast client keeps up")
+    wait_until(received_all([fast], n), timeout=30, what="the fast client has every event")
     before = len(slow.of_kind("broadcast"))
     slow.paused.clear()
     wait_until(received_all([slow], n), timeout=30, what="the slow client catches up")
