@@ -7,9 +7,22 @@ is seen as dead even while the name is alive again.
 from __future__ import annotations
 
 import json
+from typing import Any
+
+import redis
 
 from .connections import redis_client
 from .inflight import HEARTBEAT_KEY_PREFIX
+
+
+def worker_heartbeats(client: redis.Redis) -> dict[str, dict[str, Any]]:
+    """Every live worker by name: its last heartbeat (``pid``, ``inflight``, ``at``)."""
+    beats = {}
+    for key in sorted(client.scan_iter(match=HEARTBEAT_KEY_PREFIX + "*", count=100)):
+        raw = client.get(key)
+        if raw is not None:  # expired between SCAN and GET
+            beats[key[len(HEARTBEAT_KEY_PREFIX):]] = json.loads(raw)
+    return beats
 
 
 def worker_pid(hostname: str) -> int | None:

@@ -14,7 +14,7 @@ import redis
 from django.conf import settings
 
 from celery_conf.connections import redis_client
-from celery_conf.inflight import HEARTBEAT_KEY_PREFIX
+from celery_conf.liveness import worker_heartbeats
 from celery_conf.names import Queue
 from scheduler.lease import read_leadership
 
@@ -51,21 +51,12 @@ def redis_section(client: redis.Redis) -> dict[str, Any]:
 
 
 def workers_section(client: redis.Redis) -> dict[str, Any]:
-    import json
-
     now = time.time()
-    workers = []
-    for key in sorted(client.scan_iter(match=HEARTBEAT_KEY_PREFIX + "*", count=100)):
-        raw = client.get(key)
-        if raw is None:
-            continue
-        beat = json.loads(raw)
-        workers.append({
-            "name": key[len(HEARTBEAT_KEY_PREFIX):],
-            "pid": beat["pid"],
-            "inflight": beat["inflight"],
-            "last_seen_s": round(now - beat["at"], 1),
-        })
+    workers = [
+        {"name": name, "pid": beat["pid"], "inflight": beat["inflight"],
+         "last_seen_s": round(now - beat["at"], 1)}
+        for name, beat in worker_heartbeats(client).items()
+    ]
     return {"alive": len(workers), "workers": workers}
 
 
