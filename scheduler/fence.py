@@ -35,13 +35,16 @@ end
 """
 
 # KEYS: lock, journal, leader hash. ARGV: token, lock ms, deadline ms, journal max, line.
-# 1 = taken, 0 = another beat holds it, -1 = arrived after the caller gave up (not taken).
+# {1, 0} = taken; {0, ms} = another beat holds it for ms more (the standby's next poll need
+# not wait longer); {-1, 0} = arrived after the caller gave up, not taken.
 ACQUIRE = _CLOCK + """
-if now > tonumber(ARGV[3]) then return -1 end
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
+if now > tonumber(ARGV[3]) then return {-1, 0} end
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
 redis.call('HSET', KEYS[3], 'token', ARGV[1], 'since', string.format('%.3f', now / 1000))
 journal(KEYS[2], ARGV[5], ARGV[4])
-return 1
+return {1, 0}
 """
 
 # KEYS: lock, journal. ARGV: token, deadline ms, journal max, line, condition key, condition

@@ -70,6 +70,8 @@ class Lease:
         self._write = client.register_script(WRITE)
         self._release = client.register_script(RELEASE)
         self.valid_until: float | None = None
+        # After a failed try: how long the current holder's lock still runs, if known.
+        self.other_holds_for: float | None = None
 
     @property
     def held(self) -> bool:
@@ -86,11 +88,12 @@ class Lease:
 
     def try_acquire(self) -> bool:
         started, sent = time.monotonic(), time.time()
-        taken = self._acquire(
+        taken, held_ms = self._acquire(
             keys=[self.key, JOURNAL_KEY, LEADER_KEY],
             args=[self.token, ms(self.timeout), ms(sent + self.call_timeout), JOURNAL_MAX,
                   journal_line("elected", self.token, sent)])
         if taken != 1:
+            self.other_holds_for = int(held_ms) / 1000 if int(held_ms) > 0 else None
             return False
         self.valid_until = started + self.timeout
         return True

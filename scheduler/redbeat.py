@@ -53,6 +53,9 @@ from .settings import BACKFILL_WINDOW_S, REDIS_SOCKET_TIMEOUT, broker_transport_
 from .tables import JOBS
 
 logger = logging.getLogger("celery.beat")
+# A standby that knows when the holder's lock ends polls this long after it (and never more
+# often than this): the key has expired by then even with a millisecond of clock rounding.
+POLL_AT_EXPIRY_S = 0.02
 
 
 class LeaseLost(Exception):
@@ -204,6 +207,14 @@ class FencedRedBeatScheduler(RedBeatScheduler):
                     lease.token, self.election_key, lease.timeout, self.max_interval)
         return self._install_once()
 
+    def _next_poll(self) -> float:
+        """A standby polls once per loop interval, but no later than the holder's lock ends:
+        the lock's expiry, not the poll phase, sets the handover."""
+        holds_for = self.lease.other_holds_for if not self.lease.held else None
+        if holds_for is None:
+            return float(self.max_interval)
+        return max(POLL_AT_EXPIRY_S, min(float(self.max_interval), holds_for + POLL_AT_EXPIRY_S))
+
     def _renewal_failed(self, exc: Exception) -> bool:
         lease = self.lease
         if not lease.valid():
@@ -299,7 +310,7 @@ class FencedRedBeatScheduler(RedBeatScheduler):
 
     def tick(self, min: Any = min, **kwargs: Any) -> float:
         if not self._lead():
-            return self.max_interval
+            return self._next_poll()
         remaining: list[float] = []
         try:
             for entry in self.schedule.values():
@@ -364,13 +375,14 @@ class FencedRedBeatScheduler(RedBeatScheduler):
                 # one) landed. Either way the next tick re-reads the entry and decides.
                 logger.warning("beat: %s slot=%s not fired: %s", job.name, slot.isoformat(), exc)
                 return None
-            except CALL_ERRORS as exc:
+            except CALL_ERRORS:
                 # Unknown whether the script ran: the compare-and-set on the last run makes
-                # the next tick's retry harmless either way.
-                logger.warning("beat: %s slot=%s: no answer from Redis (%s); the next tick "
-                               "re-reads the schedule", job.name, slot.isoformat(), exc)
+                # the next tick's retry harmless either way. The rest of this tick would only
+                # wait on the same dead link: end it (tick() logs the error).
+                logger.warning("beat: %s slot=%s: no answer from Redis; the next tick "
+                               "re-reads the schedule", job.name, slot.isoformat())
                 self._drop_broker_connection()
-                return None
+                raise
         return None
 
     def _fire(self, entry: FencedEntry, job: PeriodicJob, slot: datetime) -> None:
