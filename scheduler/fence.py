@@ -47,24 +47,29 @@ journal(KEYS[2], ARGV[5], ARGV[4])
 return {1, 0}
 """
 
-# KEYS: lock, journal. ARGV: token, deadline ms, journal max, line, condition key, condition
-# field, expected value ('' also matches an absent field), then the commands: each a word
-# count followed by that many words (command name first). The condition makes a write a
+# KEYS: lock, journal. ARGV: token, deadline ms, journal max; then a count of conditions
+# and, for each, a hash key, a field and the value it must hold ('' also matches an absent
+# field); then a count of journal lines and the lines; then the commands, each a word count
+# followed by that many words (command name first). The conditions make a write a
 # compare-and-set: a copy of it that lands twice, or after a newer one, changes nothing.
-# 1 = written, 0 = the lock is not ours, -1 = past the deadline, -2 = condition failed.
+# 1 = written, 0 = the lock is not ours, -1 = past the deadline, -2 = a condition failed.
 WRITE = _CLOCK + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 if now > tonumber(ARGV[2]) then return -1 end
-if ARGV[5] ~= '' and (redis.call('HGET', ARGV[5], ARGV[6]) or '') ~= ARGV[7] then
-  return -2
+local i = 5
+for _ = 1, tonumber(ARGV[4]) do
+  if (redis.call('HGET', ARGV[i], ARGV[i + 1]) or '') ~= ARGV[i + 2] then return -2 end
+  i = i + 3
 end
-local i = 8
+local lines = tonumber(ARGV[i])
+local first_line = i + 1
+i = i + lines + 1
 while i <= #ARGV do
   local n = tonumber(ARGV[i])
   redis.call(unpack(ARGV, i + 1, i + n))
   i = i + n + 1
 end
-journal(KEYS[2], ARGV[4], ARGV[3])
+for j = first_line, first_line + lines - 1 do journal(KEYS[2], ARGV[j], ARGV[3]) end
 return 1
 """
 

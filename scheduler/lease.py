@@ -101,23 +101,26 @@ class Lease:
     def renew(self) -> None:
         """Reset the key's expiry; raises FenceRefused if it is not ours or arrived too late."""
         started = time.monotonic()
-        self.write([("PEXPIRE", self.key, ms(self.timeout))], kind="renewed",
+        self.write([("PEXPIRE", self.key, ms(self.timeout))], journal=[("renewed", "-")],
                    what="renewing the beat lock")
         self.valid_until = started + self.timeout
 
-    def write(self, commands: Iterable[Command], *, kind: str, what: str, detail: str = "-",
-              condition: Condition | None = None) -> None:
-        """Run ``commands`` in Redis only if the lock is ours and this call is not late."""
+    def write(self, commands: Iterable[Command], *, what: str,
+              journal: Iterable[tuple[str, str]] = (),
+              conditions: Iterable[Condition] = ()) -> None:
+        """Run ``commands`` in Redis only if the lock is ours, this call is not late and every
+        condition holds; ``journal`` lines are (kind, detail), appended if it ran."""
         sent = time.time()
         # The write must land before this beat stops waiting for it, and before its lease
         # ends (with the publishing margin): whichever comes first.
         lease_left = self.remaining() - self.timeout * SAFETY_FRACTION
         deadline = sent + min(self.call_timeout, lease_left)
-        cond = (condition.key, condition.field, condition.expected) if condition else ("", "", "")
+        conds = [word for c in conditions for word in (c.key, c.field, c.expected)]
+        lines = [journal_line(kind, self.token, sent, detail) for kind, detail in journal]
         code = self._write(
             keys=[self.key, JOURNAL_KEY],
-            args=[self.token, ms(deadline), JOURNAL_MAX,
-                  journal_line(kind, self.token, sent, detail), *cond, *flatten(commands)])
+            args=[self.token, ms(deadline), JOURNAL_MAX, len(conds) // 3, *conds,
+                  len(lines), *lines, *flatten(commands)])
         if code != 1:
             raise FenceRefused(int(code), what)
 

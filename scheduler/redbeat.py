@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -46,7 +47,7 @@ from redbeat.schedulers import (
 )
 
 from .broker import FencedTransport
-from .fence import Condition, FenceRefused, recorded
+from .fence import Command, Condition, FenceRefused, recorded
 from .jobs import PeriodicJob
 from .lease import Lease, beat_identity
 from .settings import BACKFILL_WINDOW_S, REDIS_SOCKET_TIMEOUT, broker_transport_options
@@ -147,6 +148,15 @@ class FencedEntry(RedBeatSchedulerEntry):
         if self.last_run_at is None:
             return now
         return max(now, job.slot_start(job.slot_index(self.last_run_at) + 1))
+
+
+@dataclass
+class FireBatch:
+    """The Redis commands, compare-and-set conditions and journal lines of one tick's fires."""
+
+    commands: list[Command] = field(default_factory=list)
+    conditions: list[Condition] = field(default_factory=list)
+    journal: list[tuple[str, str]] = field(default_factory=list)  # ("fired", "<job>|<slot>")
 
 
 class FencedRedBeatScheduler(RedBeatScheduler):
@@ -271,7 +281,7 @@ class FencedRedBeatScheduler(RedBeatScheduler):
             if configured:
                 pipe.sadd(conf.statics_key, *configured)
 
-        self.lease.write(recorded(client, build), kind="installed",
+        self.lease.write(recorded(client, build), journal=[("installed", "-")],
                          what="installing the schedule")
 
     # --- the schedule ----------------------------------------------------------------
@@ -298,7 +308,8 @@ class FencedRedBeatScheduler(RedBeatScheduler):
         if dangling:
             logger.warning("beat: dropping schedule keys without an entry: %s", dangling)
             try:
-                self.lease.write([("ZREM", conf.schedule_key, *dangling)], kind="pruned",
+                self.lease.write([("ZREM", conf.schedule_key, *dangling)],
+                                 journal=[("pruned", "-")],
                                  what="dropping dangling schedule keys")
             except FenceRefused as exc:
                 logger.warning("beat: %s", exc)
@@ -313,13 +324,17 @@ class FencedRedBeatScheduler(RedBeatScheduler):
             return self._next_poll()
         remaining: list[float] = []
         try:
+            batch = FireBatch()
             for entry in self.schedule.values():
                 self._ensure_lease()
-                next_time_to_run = self.maybe_due(entry)
+                is_due, next_time_to_run = entry.is_due()
+                if is_due:
+                    self._collect(entry, batch)
                 if next_time_to_run:
                     remaining.append(next_time_to_run)
+            self._fire(batch)
         except CALL_ERRORS as exc:
-            logger.warning("beat: cannot read the schedule (%s); trying again", exc)
+            logger.warning("beat: cannot read the schedule or fire (%s); trying again", exc)
         self._ensure_lease()
         return min(remaining + [self.max_interval])
 
@@ -359,58 +374,71 @@ class FencedRedBeatScheduler(RedBeatScheduler):
 
     def apply_async(self, entry: Any, producer: Any = None, advance: bool = True,
                     **kwargs: Any) -> Any:
-        """Fire every due slot of ``entry``, oldest first, each in one fenced script."""
+        """Fire every due slot of ``entry`` (tick() fires all entries' slots in one batch)."""
+        batch = FireBatch()
+        self._collect(entry, batch)
+        self._fire(batch)
+        return None
+
+    def _collect(self, entry: FencedEntry, batch: FireBatch) -> None:
+        """Add the entry's due slots to the batch: each slot's message push (built by kombu),
+        then the entry's last run, on condition that it is still the one read this tick."""
         job = JOBS.get(entry.name)
         if job is None:
             logger.error("beat: %s is in no schedule table; not publishing it", entry.name)
-            return None
-        for slot in entry.due_slots(entry.default_now()):
-            self._ensure_lease()
-            try:
-                self._fire(entry, job, slot)
-            except FenceRefused as exc:
-                if exc.reason == "moved":
-                    raise LeaseLost(f"the beat lock moved before {job.name} fired") from exc
-                # late: nothing was written; stale: an earlier copy of this fire (or a newer
-                # one) landed. Either way the next tick re-reads the entry and decides.
-                logger.warning("beat: %s slot=%s not fired: %s", job.name, slot.isoformat(), exc)
-                return None
-            except CALL_ERRORS:
-                # Unknown whether the script ran: the compare-and-set on the last run makes
-                # the next tick's retry harmless either way. The rest of this tick would only
-                # wait on the same dead link: end it (tick() logs the error).
-                logger.warning("beat: %s slot=%s: no answer from Redis; the next tick "
-                               "re-reads the schedule", job.name, slot.isoformat())
-                self._drop_broker_connection()
-                raise
-        return None
-
-    def _fire(self, entry: FencedEntry, job: PeriodicJob, slot: datetime) -> None:
+            return
         token = self.lease.token
-        # A plain copy to publish from: the task, its arguments plus the slot and the token,
-        # one attempt and no queue declarations (the workers declare them); the publish
-        # only builds the message's commands, which the fence runs below.
-        fired = ScheduleEntry(
-            name=entry.name, task=entry.task, args=entry.args, schedule=entry.schedule,
-            kwargs={**(entry.kwargs or {}), "slot": slot.isoformat(), "fired_by": token},
-            options={**(entry.options or {}), "retry": False, "declare": []}, app=self.app,
-        )
+        slots = entry.due_slots(entry.default_now())
         channel = self.producer.channel
-        with channel.collecting() as outbox:
-            Scheduler.apply_async(self, fired, producer=self.producer, advance=False)
-        if not outbox:
-            raise KombuError(f"{job.name}: kombu routed the message to no queue")
-        meta = json.dumps({"last_run_at": slot, "total_run_count": entry.total_run_count + 1},
+        for slot in slots:
+            # A plain copy to publish from: the task, its arguments plus the slot and the
+            # token, one attempt and no queue declarations (the workers declare them). The
+            # publish only builds the message's commands; the fence runs them.
+            fired = ScheduleEntry(
+                name=entry.name, task=entry.task, args=entry.args, schedule=entry.schedule,
+                kwargs={**(entry.kwargs or {}), "slot": slot.isoformat(), "fired_by": token},
+                options={**(entry.options or {}), "retry": False, "declare": []},
+                app=self.app,
+            )
+            with channel.collecting() as outbox:
+                Scheduler.apply_async(self, fired, producer=self.producer, advance=False)
+            if not outbox:
+                raise KombuError(f"{job.name}: kombu routed the message to no queue")
+            batch.commands.extend(outbox)
+            batch.journal.append(("fired", f"{job.name}|{slot.isoformat()}"))
+        meta = json.dumps({"last_run_at": slots[-1],
+                           "total_run_count": entry.total_run_count + len(slots)},
                           cls=RedBeatJSONEncoder)
-        next_due = to_timestamp(job.slot_start(job.slot_index(slot) + 1))
-        commands = [*outbox, ("HSET", entry.key, "meta", meta),
-                    ("ZADD", self.app.redbeat_conf.schedule_key, next_due, entry.key)]
-        self.lease.write(commands, kind="fired", detail=f"{job.name}|{slot.isoformat()}",
-                         condition=Condition(entry.key, "meta", entry.raw_meta),
-                         what=f"firing {job.name}")
-        entry.last_run_at, entry.raw_meta = slot, meta
-        entry.total_run_count += 1
-        logger.info("beat: fired %s slot=%s by=%s", job.name, slot.isoformat(), token)
+        next_due = to_timestamp(job.slot_start(job.slot_index(slots[-1]) + 1))
+        batch.commands += [("HSET", entry.key, "meta", meta),
+                           ("ZADD", self.app.redbeat_conf.schedule_key, next_due, entry.key)]
+        batch.conditions.append(Condition(entry.key, "meta", entry.raw_meta))
+
+    def _fire(self, batch: FireBatch) -> None:
+        """One fenced script for every slot due this tick: all land, or none."""
+        if not batch.journal:
+            return
+        self._ensure_lease()
+        try:
+            self.lease.write(batch.commands, journal=batch.journal,
+                             conditions=batch.conditions, what="firing due slots")
+        except FenceRefused as exc:
+            if exc.reason == "moved":
+                raise LeaseLost(f"the beat lock moved before the slots fired ({exc})") from exc
+            # late: nothing was written; stale: an earlier copy of this fire (or a newer
+            # one) landed. Either way the next tick re-reads the entries and decides.
+            logger.warning("beat: slots not fired: %s", exc)
+            return
+        except CALL_ERRORS:
+            # Unknown whether the script ran: the compare-and-set on each last run makes
+            # the next tick's retry harmless either way.
+            logger.warning("beat: no answer while firing %d slot(s); the next tick re-reads "
+                           "the schedule", len(batch.journal))
+            self._drop_broker_connection()
+            raise
+        for _, fired in batch.journal:
+            job, slot = fired.split("|")
+            logger.info("beat: fired %s slot=%s by=%s", job, slot, self.lease.token)
 
     def close(self) -> None:
         if self._lease is not None and self._lease.held:
