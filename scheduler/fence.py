@@ -9,8 +9,9 @@ later than its lease), checked against Redis ``TIME``: a request the leader has 
 changes nothing when it finally lands. See adr/0016-fence-every-beat-write-in-redis.md.
 
 Every write that lands appends a line to a capped journal (``<prefix>:journal``): who was
-elected, renewed, fired which slot, released; in Redis's own order, with Redis's clock.
-``manage.py beat_status`` and the network-fault tests read it.
+elected, renewed, fired which slot, released; in Redis's own order, with Redis's clock. The
+network-fault tests judge a run from it (``scheduler.lease.read_journal``); an operator can
+read it with ``LRANGE platform:beat::journal -20 -1``.
 """
 
 from __future__ import annotations

@@ -48,6 +48,9 @@ class FaultProxy:
         self._pattern: bytes | None = None
         self._flapping: threading.Event | None = None
         self.triggered_at: float | None = None  # when blackhole_on matched (time.time())
+        # Client-to-server bytes that were held by a blackhole and delivered at a heal: the
+        # late writes the fence must refuse.
+        self.late_bytes = 0
         self.faults: list[tuple[float, str]] = []  # (time.time(), what) for the test's record
         self._closed = False
         self._listen()
@@ -100,7 +103,7 @@ class FaultProxy:
     def _restore(self) -> None:
         with self._lock:
             self._record("heal")
-            self._held = False
+            was_held, self._held = self._held, False
             self._delay = 0.0
             self._pattern = None
             if self._listener is None and not self._closed:
@@ -108,6 +111,8 @@ class FaultProxy:
             for _, _, pipes in self._conns:
                 for pipe in pipes:
                     with pipe.ready:
+                        if was_held and pipe.upstream:
+                            self.late_bytes += sum(len(c or b"") for _, c in pipe.chunks)
                         pipe.ready.notify_all()
 
     def close(self) -> None:

@@ -137,6 +137,7 @@ class Verdict:
     publish_after_newer_election: int  # fires under a token after a newer one was elected
     max_believers: int  # beats whose lease was live at the same moment (upper bound)
     fired_twice: int  # slots the journal shows pushed more than once
+    late_bytes: int  # bytes a blackhole held and delivered at the heal (writes landing late)
     counts: dict[str, Any]
 
     def as_dict(self) -> dict[str, Any]:
@@ -144,7 +145,7 @@ class Verdict:
                 "elections": len(self.elections),
                 "publish_after_newer_election": self.publish_after_newer_election,
                 "max_believers": self.max_believers, "journal_fired_twice": self.fired_twice,
-                **self.counts}
+                "late_bytes": self.late_bytes, **self.counts}
 
 
 def belief_intervals(journal: list[JournalEntry]) -> dict[str, tuple[float, float]]:
@@ -174,7 +175,8 @@ def max_overlap(spans: dict[str, tuple[float, float]]) -> int:
     return peak
 
 
-def judge(platform: Platform, *, fault_at: float, old_token: str) -> Verdict:
+def judge(platform: Platform, *, fault_at: float, old_token: str,
+          late_bytes: int = 0) -> Verdict:
     journal = platform.journal()
     elections = [(e.token, e.at) for e in journal if e.kind == "elected"]
     newer = [(t, at) for t, at in elections if at > fault_at and t != old_token]
@@ -195,7 +197,8 @@ def judge(platform: Platform, *, fault_at: float, old_token: str) -> Verdict:
         elections=elections, handover_s=handover, lock_gap_s=lock_gap,
         publish_after_newer_election=late_publishes,
         max_believers=max_overlap(belief_intervals(journal)),
-        fired_twice=sum(n - 1 for n in pushes.values() if n > 1), counts=counts)
+        fired_twice=sum(n - 1 for n in pushes.values() if n > 1), late_bytes=late_bytes,
+        counts=counts)
 
 
 def run_scenario(platform: Platform, scenario: Scenario) -> Verdict:
@@ -225,7 +228,7 @@ def run_scenario(platform: Platform, scenario: Scenario) -> Verdict:
     wait_until(platform.leader, timeout=30, what="a beat leads after the heal")
     for job in EVERY:
         wait_runs(stack, job, after=healed, count=2, timeout=40)
-    return judge(platform, fault_at=fault_at, old_token=token)
+    return judge(platform, fault_at=fault_at, old_token=token, late_bytes=proxy.late_bytes)
 
 
 def check(verdict: Verdict, scenario: Scenario) -> None:
@@ -237,6 +240,10 @@ def check(verdict: Verdict, scenario: Scenario) -> None:
     assert v.counts["doubled"] == 0, v
     missed = {k: n for k, n in v.counts.items() if k.startswith("missed_")}
     assert all(n == 0 for n in missed.values()), f"slots missed: {missed}"
+    if scenario.trigger is not None:
+        # The held command (and whatever followed) did reach Redis after the heal, after the
+        # newer election: the journal above shows it changed nothing.
+        assert v.late_bytes > 0, "the blackholed write never landed: nothing was tested"
     if scenario.handover is True:
         assert v.handover_s is not None, "no standby took over"
     if scenario.handover is False:
