@@ -35,12 +35,13 @@ local function journal(key, line, max)
 end
 """
 
-# KEYS: lock, journal, leader hash. ARGV: token, lock ms, deadline ms, journal max, line.
+# KEYS: lock, journal, leader hash. ARGV: token, expiry (Unix ms, the caller's send time +
+# the lock timeout), deadline ms, journal max, line.
 # {1, 0} = taken; {0, ms} = another beat holds it for ms more (the standby's next poll need
 # not wait longer); {-1, 0} = arrived after the caller gave up, not taken.
 ACQUIRE = _CLOCK + """
 if now > tonumber(ARGV[3]) then return {-1, 0} end
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PXAT', ARGV[2]) then
   return {0, redis.call('PTTL', KEYS[1])}
 end
 redis.call('HSET', KEYS[3], 'token', ARGV[1], 'since', string.format('%.3f', now / 1000))
@@ -135,7 +136,7 @@ def journal_line(kind: str, token: str, sent: float, detail: str = "-") -> str:
 
 @dataclass(frozen=True)
 class JournalEntry:
-    kind: str  # elected | renewed | fired | installed | released
+    kind: str  # elected | renewed | probed | fired | installed | pruned | released
     token: str
     sent: float  # the client's clock when it sent the write, seconds
     detail: str  # "<job>|<slot>" for fired, "-" otherwise

@@ -1,10 +1,12 @@
 """The leader's hold on the beat lock: taken, renewed and released only through the fence.
 
 The lock is RedBeat's key (``<prefix>:lock``) holding the leader's token. It is taken with
-``SET NX PX`` and renewed with ``PEXPIRE`` inside the fence's scripts (scheduler/fence.py),
-each refused by Redis if the caller's deadline has passed when it lands: a request the beat
-gave up on cannot take or extend the lock afterwards. The token names the beat, so
-``manage.py beat_status`` can say who leads.
+``SET NX PXAT`` and renewed with ``PEXPIREAT ... GT`` inside the fence's scripts
+(scheduler/fence.py), each refused by Redis if the caller's deadline has passed when it
+lands: a request the beat gave up on cannot take or extend the lock afterwards. The expiry is
+the send time plus the lock timeout, the same moment the beat's own lease ends, so a request
+delayed in the network does not make the lock outlive the beat's belief (hosts need NTP). The
+token names the beat, so ``manage.py beat_status`` can say who leads.
 
 ``valid_until`` is measured on this process's monotonic clock from *before* each successful
 renewal was sent, so it never outlives the key in Redis; a process frozen (SIGSTOP, a long GC
@@ -70,6 +72,8 @@ class Lease:
         self._write = client.register_script(WRITE)
         self._release = client.register_script(RELEASE)
         self.valid_until: float | None = None
+        # A renewal got no answer (or was refused) since the last answered one.
+        self._unanswered = False
         # After a failed try: how long the current holder's lock still runs, if known.
         self.other_holds_for: float | None = None
 
@@ -90,7 +94,7 @@ class Lease:
         started, sent = time.monotonic(), time.time()
         taken, held_ms = self._acquire(
             keys=[self.key, JOURNAL_KEY, LEADER_KEY],
-            args=[self.token, ms(self.timeout), ms(sent + self.call_timeout), JOURNAL_MAX,
+            args=[self.token, ms(sent + self.timeout), ms(sent + self.call_timeout), JOURNAL_MAX,
                   journal_line("elected", self.token, sent)])
         if taken != 1:
             self.other_holds_for = int(held_ms) / 1000 if int(held_ms) > 0 else None
@@ -99,10 +103,30 @@ class Lease:
         return True
 
     def renew(self) -> None:
-        """Reset the key's expiry; raises FenceRefused if it is not ours or arrived too late."""
+        """Reset the key's expiry; raises FenceRefused if it is not ours or arrived too late.
+
+        After a renewal that got no answer, the next one only probes: it may have landed
+        (extending the lock while this beat, without the reply, does not count on it), so
+        renewals sent into a link that answers too slowly must not go on stretching the lock
+        past what this beat believes. The probe sets the expiry to this beat's own lease end
+        at most (``PEXPIREAT ... GT``, never shortening it); once one is answered, the next
+        renewal extends again.
+        """
         started = time.monotonic()
-        self.write([("PEXPIRE", self.key, ms(self.timeout))], journal=[("renewed", "-")],
-                   what="renewing the beat lock")
+        try:
+            if self._unanswered:
+                lease_end = time.time() + self.remaining()
+                self.write([("PEXPIREAT", self.key, ms(lease_end), "GT")],
+                           journal=[("probed", "-")], what="probing the beat lock")
+                self._unanswered = False
+                return
+            # To this beat's own lease end, counted from the send (not from when it lands),
+            # and never shorter than it is (an older renewal landing late).
+            self.write([("PEXPIREAT", self.key, ms(time.time() + self.timeout), "GT")],
+                       journal=[("renewed", "-")], what="renewing the beat lock")
+        except BaseException:
+            self._unanswered = True
+            raise
         self.valid_until = started + self.timeout
 
     def write(self, commands: Iterable[Command], *, what: str,

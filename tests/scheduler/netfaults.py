@@ -67,6 +67,15 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("latency_above_renewal", lambda p: p.latency(1.5), hold=12.0, delay=1.5),
     Scenario("flap_leader", lambda p: p.flap(down=1.0, up=1.0), hold=10.0, handover=None),
     Scenario("cut_standby", lambda p: p.cut(), on="standby", hold=8.0, handover=False),
+    # Harder timings. A partition shorter than the lock: the held renewals and fire land
+    # late and are refused; the leader may keep the lock or lose it, never share it.
+    Scenario("blackhole_leader_2s", lambda p: p.blackhole(), hold=2.0, handover=None),
+    # Round trips right at the 1 s call timeout: some calls answer, some are given up.
+    Scenario("latency_at_call_timeout", lambda p: p.latency(0.5), hold=12.0, delay=0.5,
+             handover=None),
+    # Requests land in time (0.7 s < 1 s deadline) but no answer comes back in time: the
+    # renewals that land unanswered must not keep stretching the lock.
+    Scenario("latency_answers_too_late", lambda p: p.latency(0.7), hold=12.0, delay=0.7),
 )}
 
 

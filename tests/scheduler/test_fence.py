@@ -113,3 +113,17 @@ def test_the_beats_transport_hands_over_kombus_own_push_and_never_pushes_itself(
             message.ack()
     finally:
         server.stop()
+
+
+def test_after_an_unanswered_renewal_the_next_cannot_stretch_the_lock(client: redis.Redis):
+    leader = lease(client, "leader")
+    assert leader.try_acquire()
+    client.pexpire(LOCK_KEY, 2000)  # as if the lock had run down to 2 s...
+    leader._unanswered = True  # ...because the last renewal got no answer
+    leader.valid_until = time.monotonic() + 2.0
+    leader.renew()  # a probe: answered, but the lock ends no later than the lease
+    assert client.pttl(LOCK_KEY) <= 2000
+    assert leader.remaining() <= 2.0
+    leader.renew()  # answered probe: renewals extend again
+    assert client.pttl(LOCK_KEY) > 4000 and leader.remaining() > 4.0
+    assert [e.kind for e in read_journal(client)] == ["elected", "probed", "renewed"]
