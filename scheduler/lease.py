@@ -1,11 +1,18 @@
-"""The leader's hold on the beat lock, with a local deadline that needs no Redis to check.
+"""The leader's hold on the beat lock: taken, renewed and released only through the fence.
 
-The lock is RedBeat's key (``<prefix>:lock``), taken with SET NX PX and renewed with RedBeat's
-token-checked script that resets the expiry to the full timeout. The token names the beat, so
-``manage.py beat_status`` can say who leads. ``valid_until`` is measured on this process's
-monotonic clock from *before* each successful renewal, so it never outlives the key in Redis;
-a process frozen (SIGSTOP, a long GC pause, a stalled VM) past it sees the deadline gone the
-moment it runs again, before it publishes anything.
+The lock is RedBeat's key (``<prefix>:lock``) holding the leader's token. It is taken with
+``SET NX PXAT`` and renewed with ``PEXPIREAT ... GT`` inside the fence's scripts
+(scheduler/fence.py), each refused by Redis if the caller's deadline has passed when it
+lands: a request the beat gave up on cannot take or extend the lock afterwards. The expiry is
+the send time plus the lock timeout, the same moment the beat's own lease ends, so a request
+delayed in the network does not make the lock outlive the beat's belief (hosts need NTP). The
+token names the beat, so ``manage.py beat_status`` can say who leads.
+
+``valid_until`` is measured on this process's monotonic clock from *before* each successful
+renewal was sent, so it never outlives the key in Redis; a process frozen (SIGSTOP, a long GC
+pause, a stalled VM) past it sees the deadline gone the moment it runs again. Every fenced
+write also carries that deadline to Redis, so even a write already on the wire when the
+process froze is refused if it lands after it.
 """
 
 from __future__ import annotations
@@ -14,15 +21,30 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 import redis
-from redbeat.schedulers import LUA_EXTEND_TO_SCRIPT
 
+from .fence import (
+    ACQUIRE,
+    JOURNAL_MAX,
+    RELEASE,
+    WRITE,
+    Command,
+    Condition,
+    FenceRefused,
+    JournalEntry,
+    flatten,
+    journal_line,
+    ms,
+    parse_journal,
+)
 from .settings import KEY_PREFIX
 
 LOCK_KEY = f"{KEY_PREFIX}:lock"
 LEADER_KEY = f"{KEY_PREFIX}:leader"
+JOURNAL_KEY = f"{KEY_PREFIX}:journal"
 # Publishing stops this fraction of the timeout before the local deadline: slack for the
 # moment between the check and the message reaching Redis, and for clock-rate differences.
 SAFETY_FRACTION = 0.1
@@ -35,16 +57,25 @@ def beat_identity() -> str:
 
 
 class Lease:
-    def __init__(self, client: Any, *, key: str, timeout: float, identity: str) -> None:
+    def __init__(self, client: Any, *, key: str, timeout: float, identity: str,
+                 call_timeout: float) -> None:
+        if call_timeout >= timeout * (1 - SAFETY_FRACTION):
+            raise ValueError("a Redis call must time out well inside the lock timeout")
         self.client = client
         self.key = key
         self.timeout = timeout
+        # How long one Redis call may take before this beat gives up on it; also the
+        # deadline each fenced write carries (never later than the lease itself).
+        self.call_timeout = call_timeout
         self.token = f"{identity}:{uuid.uuid4().hex[:8]}"
-        # thread_local=False: the token is ours whichever thread asks (beat has one anyway).
-        self.lock = client.lock(key, timeout=timeout, blocking=False, thread_local=False)
-        # RedBeat's script: extend *to* the timeout, not by it, so renewals never pile up.
-        self.lock.lua_extend = client.register_script(LUA_EXTEND_TO_SCRIPT)
+        self._acquire = client.register_script(ACQUIRE)
+        self._write = client.register_script(WRITE)
+        self._release = client.register_script(RELEASE)
         self.valid_until: float | None = None
+        # A renewal got no answer (or was refused) since the last answered one.
+        self._unanswered = False
+        # After a failed try: how long the current holder's lock still runs, if known.
+        self.other_holds_for: float | None = None
 
     @property
     def held(self) -> bool:
@@ -60,17 +91,62 @@ class Lease:
         return self.remaining() > self.timeout * SAFETY_FRACTION
 
     def try_acquire(self) -> bool:
-        started = time.monotonic()
-        if not self.lock.acquire(blocking=False, token=self.token):
+        started, sent = time.monotonic(), time.time()
+        taken, held_ms = self._acquire(
+            keys=[self.key, JOURNAL_KEY, LEADER_KEY],
+            args=[self.token, ms(sent + self.timeout), ms(sent + self.call_timeout), JOURNAL_MAX,
+                  journal_line("elected", self.token, sent)])
+        if taken != 1:
+            self.other_holds_for = int(held_ms) / 1000 if int(held_ms) > 0 else None
             return False
         self.valid_until = started + self.timeout
         return True
 
     def renew(self) -> None:
-        """Reset the key's expiry; raises LockNotOwnedError if another beat holds it now."""
+        """Reset the key's expiry; raises FenceRefused if it is not ours or arrived too late.
+
+        After a renewal that got no answer, the next one only probes: it may have landed
+        (extending the lock while this beat, without the reply, does not count on it), so
+        renewals sent into a link that answers too slowly must not go on stretching the lock
+        past what this beat believes. The probe sets the expiry to this beat's own lease end
+        at most (``PEXPIREAT ... GT``, never shortening it); once one is answered, the next
+        renewal extends again.
+        """
         started = time.monotonic()
-        self.lock.extend(self.timeout)
+        try:
+            if self._unanswered:
+                lease_end = time.time() + self.remaining()
+                self.write([("PEXPIREAT", self.key, ms(lease_end), "GT")],
+                           journal=[("probed", "-")], what="probing the beat lock")
+                self._unanswered = False
+                return
+            # To this beat's own lease end, counted from the send (not from when it lands),
+            # and never shorter than it is (an older renewal landing late).
+            self.write([("PEXPIREAT", self.key, ms(time.time() + self.timeout), "GT")],
+                       journal=[("renewed", "-")], what="renewing the beat lock")
+        except BaseException:
+            self._unanswered = True
+            raise
         self.valid_until = started + self.timeout
+
+    def write(self, commands: Iterable[Command], *, what: str,
+              journal: Iterable[tuple[str, str]] = (),
+              conditions: Iterable[Condition] = ()) -> None:
+        """Run ``commands`` in Redis only if the lock is ours, this call is not late and every
+        condition holds; ``journal`` lines are (kind, detail), appended if it ran."""
+        sent = time.time()
+        # The write must land before this beat stops waiting for it, and before its lease
+        # ends (with the publishing margin): whichever comes first.
+        lease_left = self.remaining() - self.timeout * SAFETY_FRACTION
+        deadline = sent + min(self.call_timeout, lease_left)
+        conds = [word for c in conditions for word in (c.key, c.field, c.expected)]
+        lines = [journal_line(kind, self.token, sent, detail) for kind, detail in journal]
+        code = self._write(
+            keys=[self.key, JOURNAL_KEY],
+            args=[self.token, ms(deadline), JOURNAL_MAX, len(conds) // 3, *conds,
+                  len(lines), *lines, *flatten(commands)])
+        if code != 1:
+            raise FenceRefused(int(code), what)
 
     def forget(self) -> None:
         self.valid_until = None
@@ -79,12 +155,16 @@ class Lease:
         """Give the lock up at once (a clean stop), so the standby need not wait it out."""
         self.valid_until = None
         try:
-            self.lock.release()
-        except (redis.exceptions.LockError, redis.RedisError):
-            pass  # not ours any more, or Redis is away: it expires on its own
+            self._release(keys=[self.key, JOURNAL_KEY],
+                          args=[self.token, JOURNAL_MAX,
+                                journal_line("released", self.token, time.time())])
+        except redis.RedisError:
+            pass  # Redis is away: the lock expires on its own
 
-    def record_leadership(self) -> None:
-        self.client.hset(LEADER_KEY, mapping={"token": self.token, "since": repr(time.time())})
+
+def read_journal(client: redis.Redis, *, last: int = JOURNAL_MAX) -> list[JournalEntry]:
+    """The beats' fenced writes in the order Redis applied them (oldest first)."""
+    return parse_journal(client.lrange(JOURNAL_KEY, -last, -1))
 
 
 def read_leadership(client: redis.Redis) -> dict[str, Any]:

@@ -1,40 +1,70 @@
-"""RedBeat, elected and fenced: one beat publishes, only while its lease is provably live.
+"""RedBeat, elected and fenced: one beat publishes, and Redis refuses any write of a beat that
+no longer holds the lock.
 
-Differences from ``redbeat.RedBeatScheduler``, each closing a hazard in FIELD-NOTES.md:
+Differences from ``redbeat.RedBeatScheduler``, each closing a hazard in FIELD-NOTES.md or
+issue 12 (network faults):
 
 - The lock is taken in ``tick()``, not by RedBeat's ``beat_init`` handler, which blocks in
   ``lock.acquire()`` and dies on the first Redis error; a standby here simply polls once per
   loop interval and rides out a Redis restart.
+- Every write the leader makes (lock renewal, schedule install, last-run update, the push
+  of the task message to its queue) is one of the fence's scripts (scheduler/fence.py):
+  refused by Redis unless the lock holds this beat's token and the call's deadline has not
+  passed. A fire is one script: the message's ``LPUSH`` (built by kombu, scheduler/broker.py)
+  and the entry's last-run update land together or not at all, compare-and-set on the last
+  run, so a retried or late copy of a fire changes nothing.
+- Every Redis and broker call has connect and command timeouts and no retry inside a tick
+  (scheduler/settings.py), shorter than what is left of the lease.
 - Static entries are written only by the beat that has just won the lock, never in
   ``setup_schedule()`` (RedBeat #198: a standby started by a rolling deploy rewrote the live
   schedule).
-- Every publish first checks the lease's local deadline, so a leader that was frozen past its
-  lock timeout publishes nothing when it wakes; a leader that cannot renew stops and exits,
-  and the supervisor restarts it as a standby.
-- Slots sit on the job's fixed grid (scheduler/jobs.py); each message carries ``slot`` and
-  ``fired_by``, and the reports' run record is unique per (job, slot): the database fence
-  behind the lock, for the moments no lock can cover.
+- Slots sit on the job's fixed grid (scheduler/jobs.py); a new leader fires every slot that
+  fell due since the last fired one, back to ``BACKFILL_WINDOW_S``, so a handover loses no
+  slot. Each message carries ``slot`` and ``fired_by``, and the reports' run record is unique
+  per (job, slot): the database fence behind the lock.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-from datetime import datetime
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 import redis
+from celery.beat import ScheduleEntry, Scheduler
 from celery.schedules import schedstate
-from redbeat.schedulers import RedBeatScheduler, RedBeatSchedulerEntry, get_redis
+from kombu.exceptions import KombuError
+from kombu.utils.objects import cached_property
+from redbeat.decoder import RedBeatJSONEncoder, to_timestamp
+from redbeat.schedulers import (
+    RedBeatScheduler,
+    RedBeatSchedulerEntry,
+    ensure_conf,
+    get_redis,
+)
 
+from .broker import FencedTransport
+from .fence import Command, Condition, FenceRefused, recorded
 from .jobs import PeriodicJob
 from .lease import Lease, beat_identity
+from .settings import BACKFILL_WINDOW_S, REDIS_SOCKET_TIMEOUT, broker_transport_options
 from .tables import JOBS
 
 logger = logging.getLogger("celery.beat")
+# A standby that knows when the holder's lock ends polls this long after it (and never more
+# often than this): the key has expired by then even with a millisecond of clock rounding.
+POLL_AT_EXPIRY_S = 0.02
 
 
 class LeaseLost(Exception):
     """The lock is gone or unrenewable past its deadline: this beat must stop scheduling."""
+
+
+class ImproperlyFenced(Exception):
+    """The queues and the lock are in different Redis servers: no script can fence a push."""
 
 
 # RedBeat asks "is this key configured?" by exact name, so under Django's CELERY_ namespace it
@@ -42,6 +72,8 @@ class LeaseLost(Exception):
 # redbeat_redis_options (our socket timeouts). Copying them under their plain names fixes both.
 REDBEAT_SETTINGS = ("redbeat_redis_url", "redbeat_redis_options", "redbeat_key_prefix",
                     "redbeat_lock_timeout")
+# Errors that mean "this call did not get through (or we cannot tell)": not fired this tick.
+CALL_ERRORS = (redis.RedisError, KombuError, OSError)
 
 
 def _expose_redbeat_settings(app: Any) -> None:
@@ -53,6 +85,29 @@ def _expose_redbeat_settings(app: Any) -> None:
 
 class FencedEntry(RedBeatSchedulerEntry):
     """A RedBeat entry that is due once per grid slot, whenever the last one was fired."""
+
+    # The entry's meta exactly as read from Redis: the expected value of the next fire's
+    # compare-and-set. A str, replaced per instance, never mutated.
+    raw_meta = ""
+
+    @classmethod
+    def from_data(cls, app: Any, definition: str, meta: str | None) -> FencedEntry:
+        fields = cls.decode_definition(definition)
+        decoded = cls.decode_meta(meta)
+        fields.update(decoded)
+        entry = cls(app=app, **fields)
+        # celery.ScheduleEntry sets last_run_at = now; the stored value is the truth.
+        entry.last_run_at = decoded["last_run_at"]
+        entry.raw_meta = meta or ""
+        return entry
+
+    @classmethod
+    def from_key(cls, key: str, app: Any = None) -> FencedEntry:
+        ensure_conf(app)
+        definition, meta = get_redis(app).hmget(key, "definition", "meta")
+        if not definition:
+            raise KeyError(key)
+        return cls.from_data(app, definition, meta)
 
     @property
     def job(self) -> PeriodicJob | None:
@@ -69,6 +124,20 @@ class FencedEntry(RedBeatSchedulerEntry):
         )
         return schedstate(not fired, wait)
 
+    def due_slots(self, now: datetime) -> list[datetime]:
+        """The slots to fire now, oldest first: the current one and, after a gap, every
+        unfired one that started within the backfill window."""
+        job = self.job
+        assert job is not None
+        current = job.slot_index(now)
+        if self.last_run_at is None:
+            return [job.slot_start(current)]
+        window_start = now - timedelta(seconds=BACKFILL_WINDOW_S)
+        first = max(job.slot_index(self.last_run_at) + 1,
+                    current - math.ceil(BACKFILL_WINDOW_S / job.every))
+        return [job.slot_start(k) for k in range(first, current + 1)
+                if k == current or job.slot_start(k) >= window_start]
+
     @property
     def due_at(self) -> datetime | None:
         # RedBeat scores its sorted set by this; keep it on the grid too.
@@ -81,18 +150,32 @@ class FencedEntry(RedBeatSchedulerEntry):
         return max(now, job.slot_start(job.slot_index(self.last_run_at) + 1))
 
 
+@dataclass
+class FireBatch:
+    """The Redis commands, compare-and-set conditions and journal lines of one tick's fires."""
+
+    commands: list[Command] = field(default_factory=list)
+    conditions: list[Condition] = field(default_factory=list)
+    journal: list[tuple[str, str]] = field(default_factory=list)  # ("fired", "<job>|<slot>")
+
+
 class FencedRedBeatScheduler(RedBeatScheduler):
     Entry = FencedEntry
 
     def __init__(self, app: Any, **kwargs: Any) -> None:
         _expose_redbeat_settings(app)
         super().__init__(app, **kwargs)
+        if app.conf.broker_url != app.redbeat_conf.redis_url:
+            raise ImproperlyFenced(
+                "the beat's lock (redbeat_redis_url) and the queues (broker_url) must be in "
+                "one Redis: the fence checks the lock and pushes the message in one script")
         # With lock_key None, RedBeat's beat_init handler returns at once and RedBeat's own
         # tick() would not touch the lock: this class owns the election.
         self.election_key: str = self.lock_key
         self.lock_key = None
         self.identity = beat_identity()
         self._lease: Lease | None = None
+        self._installed = False
 
     # --- the election ----------------------------------------------------------------
     @property
@@ -100,7 +183,7 @@ class FencedRedBeatScheduler(RedBeatScheduler):
         if self._lease is None:
             self._lease = Lease(
                 get_redis(self.app), key=self.election_key, timeout=float(self.lock_timeout),
-                identity=self.identity,
+                identity=self.identity, call_timeout=REDIS_SOCKET_TIMEOUT,
             )
         return self._lease
 
@@ -116,47 +199,142 @@ class FencedRedBeatScheduler(RedBeatScheduler):
         if lease.held:
             try:
                 lease.renew()
-            except redis.exceptions.LockError as exc:
-                raise LeaseLost(f"the beat lock is no longer ours ({exc})") from exc
-            except redis.RedisError as exc:
-                if not lease.valid():
-                    raise LeaseLost(
-                        f"could not renew the beat lock before it expired: {exc}") from exc
-                logger.warning("beat: cannot renew the lock (%s); %.1f s of lease left, not "
-                               "scheduling until Redis answers", exc, lease.remaining())
-                return False
-            return True
+            except FenceRefused as exc:
+                if exc.reason == "moved":
+                    raise LeaseLost(f"the beat lock is no longer ours ({exc})") from exc
+                return self._renewal_failed(exc)
+            except CALL_ERRORS as exc:
+                return self._renewal_failed(exc)
+            return self._install_once()
         try:
             if not lease.try_acquire():
                 return False
-            self._on_elected()
-        except redis.RedisError as exc:
+        except CALL_ERRORS as exc:
             logger.warning("beat: standby cannot reach Redis (%s); trying again", exc)
             lease.forget()
             return False
-        return True
-
-    def _on_elected(self) -> None:
-        lease = self.lease
-        # RedBeat's setup: write the static entries (keeping each one's last run), drop those
-        # no longer configured. Only now, as the one beat allowed to change the schedule.
-        RedBeatScheduler.setup_schedule(self)
-        lease.record_leadership()
         logger.info("beat: elected leader %s (lock %s, %.1f s, renewed every %.1f s)",
                     lease.token, self.election_key, lease.timeout, self.max_interval)
+        return self._install_once()
+
+    def _next_poll(self) -> float:
+        """A standby polls once per loop interval, but no later than the holder's lock ends:
+        the lock's expiry, not the poll phase, sets the handover."""
+        holds_for = self.lease.other_holds_for if not self.lease.held else None
+        if holds_for is None:
+            return float(self.max_interval)
+        return max(POLL_AT_EXPIRY_S, min(float(self.max_interval), holds_for + POLL_AT_EXPIRY_S))
+
+    def _renewal_failed(self, exc: Exception) -> bool:
+        lease = self.lease
+        if not lease.valid():
+            raise LeaseLost(f"could not renew the beat lock before it expired: {exc}") from exc
+        logger.warning("beat: cannot renew the lock (%s); %.1f s of lease left, not "
+                       "scheduling until Redis answers", exc, lease.remaining())
+        return False
+
+    def _install_once(self) -> bool:
+        """Write the static entries once per leadership, as the one beat allowed to."""
+        if self._installed:
+            return True
+        try:
+            self._install_schedule()
+        except FenceRefused as exc:
+            if exc.reason == "moved":
+                raise LeaseLost(f"lost the lock while installing the schedule ({exc})") from exc
+            logger.warning("beat: schedule not installed (%s); trying again", exc)
+            return False
+        except CALL_ERRORS as exc:
+            logger.warning("beat: schedule not installed (%s); trying again", exc)
+            return False
+        self._installed = True
+        return True
+
+    def _install_schedule(self) -> None:
+        """RedBeat's setup_schedule as one fenced write: entries (keeping each one's last
+        run), the statics set, and removal of entries no longer configured."""
+        conf = self.app.redbeat_conf
+        client = get_redis(self.app)
+        configured = conf.schedule
+        removed = set(client.smembers(conf.statics_key)) - set(configured)
+        now = to_timestamp(self.app.now())
+
+        def build(pipe: Any) -> None:
+            for name in removed:
+                key = self.Entry.generate_key(self.app, name)
+                pipe.zrem(conf.schedule_key, key)
+                pipe.delete(key)
+                pipe.srem(conf.statics_key, name)
+            for name, options in configured.items():
+                entry = self._maybe_entry(name, options)
+                definition = {
+                    "name": entry.name, "task": entry.task, "args": entry.args,
+                    "kwargs": entry.kwargs, "options": entry.options,
+                    "schedule": entry.schedule, "enabled": entry.enabled,
+                }
+                pipe.hset(entry.key, "definition",
+                          json.dumps(definition, cls=RedBeatJSONEncoder))
+                pipe.hsetnx(entry.key, "meta",
+                            json.dumps({"last_run_at": None}, cls=RedBeatJSONEncoder))
+                # Due now: is_due() decides from the last run whether a slot is unfired.
+                pipe.zadd(conf.schedule_key, {entry.key: now})
+            if configured:
+                pipe.sadd(conf.statics_key, *configured)
+
+        self.lease.write(recorded(client, build), journal=[("installed", "-")],
+                         what="installing the schedule")
+
+    # --- the schedule ----------------------------------------------------------------
+    @property
+    def schedule(self) -> dict[str, FencedEntry]:
+        """Entries due by the next tick, read in two round trips."""
+        conf = self.app.redbeat_conf
+        client = get_redis(self.app)
+        keys = client.zrangebyscore(conf.schedule_key, 0,
+                                    to_timestamp(self.app.now()) + self.max_interval)
+        if not keys:
+            return {}
+        pipe = client.pipeline(transaction=False)
+        for key in keys:
+            pipe.hmget(key, "definition", "meta")
+        entries: dict[str, FencedEntry] = {}
+        dangling = []
+        for key, (definition, meta) in zip(keys, pipe.execute(), strict=True):
+            if not definition:
+                dangling.append(key)
+                continue
+            entry = self.Entry.from_data(self.app, definition, meta)
+            entries[entry.name] = entry
+        if dangling:
+            logger.warning("beat: dropping schedule keys without an entry: %s", dangling)
+            try:
+                self.lease.write([("ZREM", conf.schedule_key, *dangling)],
+                                 journal=[("pruned", "-")],
+                                 what="dropping dangling schedule keys")
+            except FenceRefused as exc:
+                logger.warning("beat: %s", exc)
+        return entries
+
+    @cached_property
+    def _maybe_due_kwargs(self) -> dict[str, Any]:
+        return {}  # the producer is reached through self.producer, only when firing
 
     def tick(self, min: Any = min, **kwargs: Any) -> float:
         if not self._lead():
-            return self.max_interval
+            return self._next_poll()
         remaining: list[float] = []
         try:
+            batch = FireBatch()
             for entry in self.schedule.values():
                 self._ensure_lease()
-                next_time_to_run = self.maybe_due(entry, **self._maybe_due_kwargs)
+                is_due, next_time_to_run = entry.is_due()
+                if is_due:
+                    self._collect(entry, batch)
                 if next_time_to_run:
                     remaining.append(next_time_to_run)
-        except redis.RedisError as exc:
-            logger.warning("beat: cannot read the schedule (%s); trying again", exc)
+            self._fire(batch)
+        except CALL_ERRORS as exc:
+            logger.warning("beat: cannot read the schedule or fire (%s); trying again", exc)
         self._ensure_lease()
         return min(remaining + [self.max_interval])
 
@@ -167,26 +345,100 @@ class FencedRedBeatScheduler(RedBeatScheduler):
                 "stalled process): stopping without publishing"
             )
 
+    def maybe_due(self, entry: Any, **kwargs: Any) -> float:
+        is_due, next_time_to_run = entry.is_due()
+        if is_due:
+            self.apply_async(entry)
+        return next_time_to_run
+
     # --- publishing ------------------------------------------------------------------
+    @cached_property
+    def connection(self) -> Any:
+        # kombu's Redis transport with bounded calls, whose publishes only collect commands.
+        return self.app.connection_for_write(transport=FencedTransport,
+                                             transport_options=broker_transport_options())
+
+    @cached_property
+    def producer(self) -> Any:
+        # Not Celery's: that one first retries connecting up to 100 times (minutes).
+        return self.Producer(self.connection, auto_declare=False)
+
+    def _drop_broker_connection(self) -> None:
+        self.__dict__.pop("producer", None)
+        connection = self.__dict__.pop("connection", None)
+        if connection is not None:
+            try:
+                connection.release()
+            except Exception:  # noqa: BLE001 - a broken connection may fail to close too
+                pass
+
     def apply_async(self, entry: Any, producer: Any = None, advance: bool = True,
                     **kwargs: Any) -> Any:
-        if not self.lease.valid():
-            logger.error("beat: not publishing %s: the lease is not live", entry.name)
-            return None
+        """Fire every due slot of ``entry`` (tick() fires all entries' slots in one batch)."""
+        batch = FireBatch()
+        self._collect(entry, batch)
+        self._fire(batch)
+        return None
+
+    def _collect(self, entry: FencedEntry, batch: FireBatch) -> None:
+        """Add the entry's due slots to the batch: each slot's message push (built by kombu),
+        then the entry's last run, on condition that it is still the one read this tick."""
         job = JOBS.get(entry.name)
-        if job is None or not advance:
-            return super().apply_async(entry, producer=producer, advance=advance, **kwargs)
-        slot = job.slot_at(entry.default_now())
-        # The slot is recorded as fired before the message is sent, as RedBeat does: a crash
-        # between the two loses this slot (the job's missed policy covers it) but never
-        # fires it twice.
-        entry._next_instance(last_run_at=slot)
-        fired = entry.__class__(**dict(entry, kwargs={
-            **(entry.kwargs or {}), "slot": slot.isoformat(), "fired_by": self.lease.token,
-        }))
-        result = super().apply_async(fired, producer=producer, advance=False, **kwargs)
-        logger.info("beat: fired %s slot=%s by=%s", job.name, slot.isoformat(), self.lease.token)
-        return result
+        if job is None:
+            logger.error("beat: %s is in no schedule table; not publishing it", entry.name)
+            return
+        token = self.lease.token
+        slots = entry.due_slots(entry.default_now())
+        channel = self.producer.channel
+        for slot in slots:
+            # A plain copy to publish from: the task, its arguments plus the slot and the
+            # token, one attempt and no queue declarations (the workers declare them). The
+            # publish only builds the message's commands; the fence runs them.
+            fired = ScheduleEntry(
+                name=entry.name, task=entry.task, args=entry.args, schedule=entry.schedule,
+                kwargs={**(entry.kwargs or {}), "slot": slot.isoformat(), "fired_by": token},
+                options={**(entry.options or {}), "retry": False, "declare": []},
+                app=self.app,
+            )
+            with channel.collecting() as outbox:
+                Scheduler.apply_async(self, fired, producer=self.producer, advance=False)
+            if not outbox:
+                raise KombuError(f"{job.name}: kombu routed the message to no queue")
+            batch.commands.extend(outbox)
+            batch.journal.append(("fired", f"{job.name}|{slot.isoformat()}"))
+        meta = json.dumps({"last_run_at": slots[-1],
+                           "total_run_count": entry.total_run_count + len(slots)},
+                          cls=RedBeatJSONEncoder)
+        next_due = to_timestamp(job.slot_start(job.slot_index(slots[-1]) + 1))
+        batch.commands += [("HSET", entry.key, "meta", meta),
+                           ("ZADD", self.app.redbeat_conf.schedule_key, next_due, entry.key)]
+        batch.conditions.append(Condition(entry.key, "meta", entry.raw_meta))
+
+    def _fire(self, batch: FireBatch) -> None:
+        """One fenced script for every slot due this tick: all land, or none."""
+        if not batch.journal:
+            return
+        self._ensure_lease()
+        try:
+            self.lease.write(batch.commands, journal=batch.journal,
+                             conditions=batch.conditions, what="firing due slots")
+        except FenceRefused as exc:
+            if exc.reason == "moved":
+                raise LeaseLost(f"the beat lock moved before the slots fired ({exc})") from exc
+            # late: nothing was written; stale: an earlier copy of this fire (or a newer
+            # one) landed. Either way the next tick re-reads the entries and decides.
+            logger.warning("beat: slots not fired: %s", exc)
+            return
+        except CALL_ERRORS:
+            # Unknown whether the script ran: the compare-and-set on each last run makes
+            # the next tick's retry harmless either way.
+            logger.warning("beat: no answer while firing %d slot(s); the next tick re-reads "
+                           "the schedule", len(batch.journal))
+            self._drop_broker_connection()
+            raise
+        for _, fired in batch.journal:
+            job, slot = fired.split("|")
+            logger.info("beat: fired %s slot=%s by=%s", job, slot, self.lease.token)
 
     def close(self) -> None:
         if self._lease is not None and self._lease.held:
@@ -198,4 +450,4 @@ class FencedRedBeatScheduler(RedBeatScheduler):
     def info(self) -> str:
         return (f"       . redis -> {self.app.redbeat_conf.redis_url.split('@')[-1]}\n"
                 f"       . lock -> `{self.election_key}` {self.lock_timeout} s, "
-                f"renewed every {self.max_interval} s")
+                f"renewed every {self.max_interval} s; backfill {BACKFILL_WINDOW_S:.0f} s")

@@ -11,6 +11,8 @@ from datetime import timedelta
 from typing import Any
 
 from celery.schedules import schedule
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from config.env import env_float, env_str
 
@@ -27,9 +29,33 @@ DEFAULT_LOCK_TIMEOUT = 5.0
 # RedBeat's keys: <prefix>:lock, <prefix>:schedule, <prefix>:statics, <prefix><entry name>.
 # Configurable only so two platforms can share one Redis (and a test can split the brain).
 KEY_PREFIX = env_str("BEAT_KEY_PREFIX", "platform:beat:")
-# A Redis command that hangs this long is treated as Redis being away, well inside one lock
-# timeout, so a leader cut off from Redis notices before its lease could have passed on.
-REDIS_SOCKET_TIMEOUT = 2.0
+# A Redis call (connect, or one command) that hangs this long is given up, and never retried
+# inside the same tick: one renewal interval, so a renewal stuck on a dead link is abandoned
+# before the next one is due and every call ends well inside the lock (5 s). The fence's
+# scripts refuse a call that lands after this deadline (scheduler/fence.py), so giving up
+# is final: a late renewal cannot extend the lock, a late publish cannot push a message.
+REDIS_SOCKET_TIMEOUT = 1.0
+# redis-py 8 retries a failed command 3 times with backoff by default (one renewal blocked
+# 5 s in the issue-12 trials); the beat retries at its next tick instead, with a fresh
+# deadline, so a call never outlives its own.
+REDIS_RETRIES = 0
+# The beat's broker connection (kombu, same Redis) under the same bounds: connect and
+# command timeouts, no retry loop around connecting or publishing.
+def broker_transport_options() -> dict[str, Any]:
+    return {
+        "socket_timeout": REDIS_SOCKET_TIMEOUT,
+        "socket_connect_timeout": REDIS_SOCKET_TIMEOUT,
+        "retry_on_timeout": False,
+        "max_retries": REDIS_RETRIES,
+    }
+
+
+# How far back a new leader fires slots that no beat fired: every slot that started within
+# this window is fired (each once, in order), older ones count as lost to an outage and the
+# job's missed policy applies. Six times the 10 s handover bound, so a handover under any
+# network fault tested (about 5-8 s, adr/0017) loses nothing, while a beat back from an
+# hour-long outage does not replay an hour of slots.
+BACKFILL_WINDOW_S = 60.0
 SCHEDULER_CLASS = "scheduler.redbeat:FencedRedBeatScheduler"
 
 
@@ -61,6 +87,7 @@ def beat_settings(*, redis_url: str) -> dict[str, Any]:
         "redbeat_redis_options": {
             "socket_timeout": REDIS_SOCKET_TIMEOUT,
             "socket_connect_timeout": REDIS_SOCKET_TIMEOUT,
+            "retry": Retry(NoBackoff(), REDIS_RETRIES),
         },
         "redbeat_key_prefix": KEY_PREFIX,
         "redbeat_lock_timeout": lock_timeout,

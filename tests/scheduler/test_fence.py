@@ -1,0 +1,129 @@
+"""The fence's scripts against a real redis-server: a write lands only under the current
+token, before its deadline, and (for a fire) on the last run it was computed from."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from scheduler.fence import WRITE, Condition, FenceRefused, flatten, journal_line, ms
+from scheduler.lease import JOURNAL_KEY, LOCK_KEY, Lease, read_journal
+from tests.procs import RedisServer
+
+pytestmark = pytest.mark.processes
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[redis.Redis]:
+    server = RedisServer(tmp_path).start()
+    try:
+        yield server.client()
+    finally:
+        server.stop()
+
+
+def lease(client: redis.Redis, name: str) -> Lease:
+    return Lease(client, key=LOCK_KEY, timeout=5.0, identity=name, call_timeout=1.0)
+
+
+def test_a_write_after_the_lock_moved_changes_nothing(client: redis.Redis) -> None:
+    old, new = lease(client, "old"), lease(client, "new")
+    assert old.try_acquire()
+    assert not new.try_acquire() and 4 < (new.other_holds_for or 0) <= 5
+    client.delete(LOCK_KEY)  # the old leader's lock expired...
+    assert new.try_acquire()  # ...and the standby took it
+    with pytest.raises(FenceRefused) as refused:
+        old.write([("LPUSH", "reports", "message"), ("HSET", "entry", "meta", "late")],
+                  journal=[("fired", "job|slot")], what="a late fire")
+    assert refused.value.reason == "moved"
+    with pytest.raises(FenceRefused):
+        old.renew()
+    assert client.exists("reports", "entry") == 0
+    assert client.get(LOCK_KEY) == new.token
+    kinds = [(e.kind, e.token) for e in read_journal(client)]
+    assert kinds == [("elected", old.token), ("elected", new.token)]
+
+
+def test_a_renewal_that_lands_after_its_deadline_does_not_extend_the_lock(client):
+    leader = lease(client, "leader")
+    assert leader.try_acquire()
+    client.pexpire(LOCK_KEY, 1000)
+    sent = time.time() - 2  # sent two seconds ago with a 1 s timeout: the leader gave up
+    code = client.register_script(WRITE)(
+        keys=[LOCK_KEY, JOURNAL_KEY],
+        args=[leader.token, ms(sent + 1.0), 100, 0,
+              1, journal_line("renewed", leader.token, sent),
+              *flatten([("PEXPIRE", LOCK_KEY, 5000)])])
+    assert code == -1
+    assert client.pttl(LOCK_KEY) <= 1000
+    assert [e.kind for e in read_journal(client)] == ["elected"]
+
+
+def test_a_request_the_standby_gave_up_on_cannot_take_the_lock(client, monkeypatch):
+    standby = lease(client, "standby")
+    real_time = time.time
+    monkeypatch.setattr(time, "time", lambda: real_time() - 5)  # its clock says it sent 5 s ago
+    assert not standby.try_acquire()
+    assert client.get(LOCK_KEY) is None
+
+
+def test_a_fire_is_a_compare_and_set_on_the_last_run(client: redis.Redis) -> None:
+    leader = lease(client, "leader")
+    assert leader.try_acquire()
+    client.hset("entry", "meta", "slot-1")
+    fire = [("LPUSH", "reports", "slot-2 message"), ("HSET", "entry", "meta", "slot-2")]
+    once = {"journal": [("fired", "job|slot-2")],
+            "conditions": [Condition("entry", "meta", "slot-1")]}
+    leader.write(fire, what="fire", **once)  # type: ignore[arg-type]
+    # The same fire again (a retry after a timeout whose first copy did land): refused.
+    with pytest.raises(FenceRefused) as refused:
+        leader.write(fire, what="fire", **once)  # type: ignore[arg-type]
+    assert refused.value.reason == "stale"
+    assert client.lrange("reports", 0, -1) == ["slot-2 message"]
+    fired = [e.detail for e in read_journal(client) if e.kind == "fired"]
+    assert fired == ["job|slot-2"]
+
+
+def test_the_beats_transport_hands_over_kombus_own_push_and_never_pushes_itself(tmp_path):
+    from kombu import Connection, Producer, Queue
+
+    from scheduler.broker import FencedTransport, UnfencedPublish
+
+    server = RedisServer(tmp_path).start()
+    try:
+        queue = Queue("reports", routing_key="reports")
+        with Connection(server.url, transport=FencedTransport) as conn:
+            producer = Producer(conn, auto_declare=False)
+            channel = producer.channel
+            with pytest.raises(UnfencedPublish):
+                producer.publish({"n": 1}, routing_key="reports", serializer="json")
+            with channel.collecting() as outbox:
+                producer.publish({"n": 2}, routing_key="reports", serializer="json")
+            assert [c[:2] for c in outbox] == [("LPUSH", "reports")]
+            assert server.client().llen("reports") == 0  # collected, not sent
+            server.client().execute_command(*outbox[0])
+        # kombu's ordinary transport reads it back: the fenced push is kombu's own message.
+        with Connection(server.url) as conn:
+            message = conn.SimpleQueue(queue).get(timeout=5)
+            assert message.payload == {"n": 2}
+            message.ack()
+    finally:
+        server.stop()
+
+
+def test_after_an_unanswered_renewal_the_next_cannot_stretch_the_lock(client: redis.Redis):
+    leader = lease(client, "leader")
+    assert leader.try_acquire()
+    client.pexpire(LOCK_KEY, 2000)  # as if the lock had run down to 2 s...
+    leader._unanswered = True  # ...because the last renewal got no answer
+    leader.valid_until = time.monotonic() + 2.0
+    leader.renew()  # a probe: answered, but the lock ends no later than the lease
+    assert client.pttl(LOCK_KEY) <= 2000
+    assert leader.remaining() <= 2.0
+    leader.renew()  # answered probe: renewals extend again
+    assert client.pttl(LOCK_KEY) > 4000 and leader.remaining() > 4.0
+    assert [e.kind for e in read_journal(client)] == ["elected", "probed", "renewed"]
