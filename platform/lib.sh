@@ -79,6 +79,22 @@ ENV
   export REDIS_URL="redis://:${REDIS_PASSWORD}@127.0.0.1:${REDIS_PORT}/0"
   export FLOWER_BASIC_AUTH="${FLOWER_USER}:${FLOWER_PASSWORD}"
   export DJANGO_SETTINGS_MODULE="${DJANGO_SETTINGS_MODULE:-config.settings.development}"
+  write_platform_env
+}
+
+# var/platform.env: the environment of the running platform, rewritten at every start, so that
+# a bare `.venv/bin/python manage.py ...` reaches it (manage.py reads it: apps/ops/envfile.py).
+write_platform_env() {
+  umask 077
+  cat > "$PLATFORM_VAR_DIR/platform.env" <<ENV
+# Written by platform/up at every start; manage.py reads it. Secrets: keep it private.
+DJANGO_SETTINGS_MODULE=$DJANGO_SETTINGS_MODULE
+DJANGO_SECRET_KEY=$DJANGO_SECRET_KEY
+PLATFORM_VAR_DIR=$PLATFORM_VAR_DIR
+REDIS_URL=$REDIS_URL
+FLOWER_BASIC_AUTH=$FLOWER_BASIC_AUTH
+ENV
+  umask 022
 }
 
 # redis.conf for this machine: the shared platform/redis.conf plus port, directory, password.
