@@ -50,10 +50,34 @@ release_build() {
   install -d -m 755 "$dir"
   release_tar "$PLATFORM_ROOT" | tar -C "$dir" -xf - --no-same-owner
   # The system's Python, which every user can run (not a developer's own build under /root).
-  "$SYSTEM_PYTHON" -m venv "$dir/venv"
+  local from="$APP_DIR/current"
+  if [ -f "$from/.complete" ] && cmp -s <(runtime_requirements) <(sed '/^# tests/,$d' "$from/requirements.txt"); then
+    venv_clone "$(cd "$from" && pwd -P)/venv" "$dir/venv"
+  else
+    "$SYSTEM_PYTHON" -m venv "$dir/venv"
+  fi
+  # Installs what is missing; with a cloned environment it only confirms every pin.
   "$dir/venv/bin/python" -m pip install -q --no-cache-dir -r <(runtime_requirements) 2>&1 | quiet_pip
   chmod -R go-w "$dir"
   echo "$version" > "$dir/.complete"
+}
+
+# Same pins as the running release: copy its packages instead of installing them again (an
+# upgrade that changes only code then takes seconds). A venv records its own path in its
+# scripts, so the copies are rewritten to the new one.
+venv_clone() {
+  local src="$1" dest="$2" script
+  "$SYSTEM_PYTHON" -m venv --without-pip "$dest"
+  # Hard links: pip replaces files rather than writing into them, so the releases never
+  # change each other's packages.
+  cp -al "$src/lib/." "$dest/lib/"
+  for script in "$src"/bin/*; do
+    [ -e "$dest/bin/$(basename "$script")" ] && continue
+    if head -c 2 "$script" | grep -q '#!' || grep -qI "$src" "$script" 2>/dev/null; then
+      sed "s|$src|$dest|g" "$script" > "$dest/bin/$(basename "$script")"
+      chmod 755 "$dest/bin/$(basename "$script")"
+    fi
+  done
 }
 
 # Copy SRC to DEST only if it differs (so a second install leaves every file untouched).
@@ -168,4 +192,36 @@ WRAPPER
 as_platform_user() {
   [ "$1" = manage ] && shift
   "$MANAGE_WRAPPER" "$@"
+}
+
+# manage.py of a given release (not necessarily the current one), as the platform's user.
+release_manage() {
+  local version="$1"; shift
+  (cd "$DATA_DIR" && runuser -u "$PLATFORM_USER" -- env PLATFORM_ENV_FILE="$ENV_FILE" \
+    "$APP_DIR/releases/$version/venv/bin/python" "$APP_DIR/releases/$version/manage.py" "$@")
+}
+
+# Point a symlink somewhere else in one rename, so nothing ever sees it missing.
+switch_link() {
+  local link="$1" target="$2"
+  ln -sfn "$target" "$link.new"
+  mv -T "$link.new" "$link"
+}
+
+# The order that loses nothing: each beat in turn (the other leads meanwhile), each worker in
+# turn (warm shutdown: running tasks finish, reserved ones go back; the other worker serves),
+# then the web workers (pages reconnect and replay), then Flower.
+RESTART_ORDER=(platform-beat@2 platform-beat@1 platform-worker@1 platform-worker@2 platform-web platform-flower)
+
+restart_in_order() {
+  local prefix="$1" unit
+  if [ -z "$prefix" ] && [ -d /run/systemd/system ]; then
+    systemctl daemon-reload
+    for unit in "${RESTART_ORDER[@]}"; do
+      say "restarting $unit"
+      systemctl restart "$unit"
+    done
+  else
+    say "no systemd running here: restart these units in this order: ${RESTART_ORDER[*]}"
+  fi
 }

@@ -13,6 +13,7 @@ import sqlite3
 import stat
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import psutil
@@ -177,3 +178,192 @@ def test_installed_units_run_as_the_user_and_the_box_is_ready(box, tmp_path, mea
 def logs(directory: Path) -> str:
     return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-2000:]}"
                      for p in sorted(directory.glob("*.log")))
+
+
+REVERSIBLE = '''from django.db import migrations
+
+
+class Migration(migrations.Migration):
+    dependencies = [("documents", "0001_initial")]
+    operations = [migrations.RunSQL("CREATE TABLE upgrade_probe (id integer)",
+                                    reverse_sql="DROP TABLE upgrade_probe")]
+'''
+IRREVERSIBLE = '''from django.db import migrations
+
+
+def forwards(apps, schema_editor):
+    pass
+
+
+class Migration(migrations.Migration):
+    dependencies = [("documents", "0001_initial")]
+    operations = [migrations.RunPython(forwards)]
+'''
+
+
+def source_with_migration(directory: Path, migration: str) -> Path:
+    """A copy of this checkout with one more documents migration: the next release."""
+    directory.mkdir(mode=0o755)
+    subprocess.run(f"tar -C {ROOT} --exclude=./.venv --exclude=./var --exclude=./.git "
+                   f"--exclude=__pycache__ -cf - . | tar -C {directory} -xf -",
+                   shell=True, check=True, timeout=120)
+    (directory / "apps/documents/migrations/0002_upgrade_probe.py").write_text(migration)
+    return directory
+
+
+def tables(root: Path) -> set[str]:
+    with sqlite3.connect(root / "var/lib/platform/db.sqlite3") as db:
+        return {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
+
+class Box:
+    """The installed units' processes, started and restarted the way systemd would."""
+
+    ORDER = ("platform-beat@2", "platform-beat@1", "platform-worker@1", "platform-worker@2",
+             "platform-web")
+
+    def __init__(self, root: Path, logs: Path) -> None:
+        self.units = root / "etc/systemd/system"
+        self.logs = logs
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, unit: str) -> None:
+        name, _, instance = unit.partition("@")
+        path = self.units / (f"{name}@.service" if instance else f"{name}.service")
+        self.procs[unit] = unit_process(path, instance=instance, log=self.logs / f"{unit}.log")
+
+    def stop(self, unit: str, timeout: float = 400) -> None:
+        # KillMode=mixed / the default: SIGTERM to the main process; SIGKILL after the timeout.
+        proc = self.procs.pop(unit)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+    def restart(self, unit: str) -> None:
+        self.stop(unit)
+        self.start(unit)
+
+    def stop_all(self) -> None:
+        for unit in list(self.procs):
+            self.stop(unit, timeout=30)
+
+
+def test_upgrade_refuses_irreversible_then_switches_with_no_lost_work_and_rolls_back(
+        box, tmp_path, measure):
+    root, env, first = box
+    app = root / "opt/platform"
+    env_file = root / "etc/platform/platform.env"
+    values = parse_env_file(env_file.read_text())
+    # Short documents so the test drains quickly; the same code path as 3 s ones.
+    env_file.write_text(env_file.read_text() + "DOCUMENTS_PROCESSING_SECONDS=0.5\n")
+    release_a = (app / "current").resolve()
+    manage = str(root / "usr/local/bin/platform-manage")
+    subprocess.run([manage, "createsuperuser", "--noinput", "--username", "op",
+                    "--email", "op@example.com"], check=True, timeout=120,
+                   env={"PATH": "/usr/sbin:/usr/bin:/bin",
+                        "DJANGO_SUPERUSER_PASSWORD": "op-pass-1234"})
+    running = Box(root, tmp_path)
+    base = f"https://127.0.0.1:{values['WEB_PORT']}"
+    urllib3.disable_warnings()
+    try:
+        for unit in ("platform-redis", "platform-worker@1", "platform-worker@2",
+                     "platform-beat@1", "platform-beat@2", "platform-web"):
+            running.start(unit)
+        wait_until(lambda: _ok(base + "/readyz"), timeout=120, what="release A ready")
+        client = https_login(base, "op", "op-pass-1234")
+        submitted = [submit(client, base, f"before upgrade {i}") for i in range(8)]
+
+        # A release with a migration that cannot be undone is refused; nothing changes.
+        refused = subprocess.run(
+            ["bash", str(source_with_migration(tmp_path / "src-irreversible", IRREVERSIBLE)
+                         / "platform/upgrade"), "--prefix", str(root)],
+            env=env, capture_output=True, text=True, timeout=300)
+        assert refused.returncode != 0
+        assert "refusing to upgrade" in refused.stdout + refused.stderr
+        assert (app / "current").resolve() == release_a
+
+        upgraded = subprocess.run(
+            ["bash", str(source_with_migration(tmp_path / "src-next", REVERSIBLE)
+                         / "platform/upgrade"), "--prefix", str(root)],
+            env=env, capture_output=True, text=True, timeout=300)
+        assert upgraded.returncode == 0, upgraded.stdout + upgraded.stderr
+        release_b = (app / "current").resolve()
+        assert release_b != release_a and (app / "previous").resolve() == release_a
+        assert "upgrade_probe" in tables(root)
+
+        # Restart in the printed order while documents keep arriving.
+        for unit in Box.ORDER:
+            assert unit in upgraded.stderr
+        started = time.monotonic()
+        for unit in Box.ORDER:
+            submitted += [submit(client, base, f"during {unit}")] if unit != "platform-web" else []
+            running.restart(unit)
+        wait_until(lambda: _ok(base + "/readyz"), timeout=120, what="release B ready")
+        switch_s = time.monotonic() - started
+        submitted += [submit(client, base, "after upgrade")]
+        for unit, proc in running.procs.items():
+            if unit != "platform-redis":
+                assert Path(psutil.Process(proc.pid).cwd()) == release_b, unit
+
+        def all_done() -> bool:
+            with sqlite3.connect(root / "var/lib/platform/db.sqlite3") as db:
+                states = dict(db.execute("SELECT id, state FROM documents_document"))
+            return all(states.get(i) == "done" for i in submitted)
+
+        wait_until(all_done, timeout=120, what="every document submitted done")
+        with sqlite3.connect(root / "var/lib/platform/db.sqlite3") as db:
+            done_runs = dict(db.execute(
+                "SELECT document_id, count(*) FROM documents_documentrun "
+                "WHERE outcome = 'done' GROUP BY document_id"))
+        assert all(done_runs[i] == 1 for i in submitted)
+
+        # Roll back: the schema returns, and so does release A.
+        rolled = subprocess.run(["bash", "platform/rollback", "--prefix", str(root)], cwd=ROOT,
+                                env=env, capture_output=True, text=True, timeout=300)
+        assert rolled.returncode == 0, rolled.stdout + rolled.stderr
+        assert (app / "current").resolve() == release_a
+        assert "upgrade_probe" not in tables(root)
+        for unit in Box.ORDER:
+            running.restart(unit)
+        wait_until(lambda: _ok(base + "/readyz"), timeout=120, what="release A ready again")
+        assert len(submit_and_list(client, base)) >= len(submitted)
+        measure(submitted=len(submitted), lost=0, done_twice=0,
+                restart_sequence_s=round(switch_s, 1))
+    finally:
+        running.stop_all()
+
+
+def _ok(url: str) -> bool:
+    try:
+        return requests.get(url, verify=False, timeout=5).status_code == 200
+    except requests.ConnectionError:
+        return False
+
+
+def https_login(base: str, username: str, password: str) -> requests.Session:
+    http = requests.Session()
+    http.trust_env = False  # else REQUESTS_CA_BUNDLE from the environment overrides verify
+    http.verify = False
+    http.get(base + "/accounts/login/", timeout=10)
+    response = http.post(base + "/accounts/login/", data={
+        "username": username, "password": password,
+        "csrfmiddlewaretoken": http.cookies["csrftoken"]},
+        headers={"Referer": base + "/accounts/login/"}, timeout=10, allow_redirects=False)
+    assert response.status_code == 302, response.status_code
+    return http
+
+
+def submit(http: requests.Session, base: str, text: str) -> int:
+    response = http.post(base + "/api/documents/", json={"title": text, "text": text},
+                         headers={"X-CSRFToken": http.cookies["csrftoken"],
+                                  "Referer": base + "/"}, timeout=30)
+    assert response.status_code == 202, response.text
+    return int(response.json()["id"])
+
+
+def submit_and_list(http: requests.Session, base: str) -> list[dict]:
+    return http.get(base + "/api/documents/", timeout=30).json()["documents"]
