@@ -52,12 +52,12 @@ release_build() {
   # The system's Python, which every user can run (not a developer's own build under /root).
   local from="$APP_DIR/current"
   if [ -f "$from/.complete" ] && cmp -s <(runtime_requirements) <(sed '/^# tests/,$d' "$from/requirements.txt"); then
+    # The same pins as the running release, which pip installed and checked.
     venv_clone "$(cd "$from" && pwd -P)/venv" "$dir/venv"
   else
     "$SYSTEM_PYTHON" -m venv "$dir/venv"
+    "$dir/venv/bin/python" -m pip install -q --no-cache-dir -r <(runtime_requirements) 2>&1 | quiet_pip
   fi
-  # Installs what is missing; with a cloned environment it only confirms every pin.
-  "$dir/venv/bin/python" -m pip install -q --no-cache-dir -r <(runtime_requirements) 2>&1 | quiet_pip
   chmod -R go-w "$dir"
   echo "$version" > "$dir/.complete"
 }

@@ -53,11 +53,13 @@ def backup_create(*, slot: str | None = None, root: Path | None = None,
             "taken_at": datetime.now(UTC).isoformat(), "slot": slot,
             "database": database, "redis_files": redis_files,
         }, indent=2))
-        partial.rename(final)  # a backup exists complete or not at all
+        # Make room first, so the directory never holds more than ``keep`` complete backups
+        # (unless two backups run at once), then publish: complete or not at all.
+        backups_prune(root=root, keep=keep - 1)
+        partial.rename(final)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
-    backups_prune(root=root, keep=keep)
     return final
 
 
@@ -69,7 +71,8 @@ def backups_list(*, root: Path | None = None) -> list[Path]:
 
 
 def backups_prune(*, root: Path, keep: int) -> list[Path]:
-    removed = backups_list(root=root)[:-keep] if keep > 0 else []
+    existing = backups_list(root=root)
+    removed = existing[:-keep] if keep > 0 else existing
     for path in removed:
         shutil.rmtree(path)
     return removed

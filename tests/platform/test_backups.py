@@ -36,6 +36,11 @@ def test_scheduled_backups_are_bounded_and_restore_every_document(make_stack, tm
         return len(seen)
 
     wait_until(lambda: taken() >= 4, timeout=60, what="four scheduled backups")
+    for proc in stack.procs:
+        if proc.name.startswith("beat"):
+            proc.stop()
+    wait_until(lambda: not list(backups.glob(".partial-*")), timeout=30,
+               what="backups in progress finished")
     kept = sorted(p for p in backups.glob("backup-*"))
     assert len(kept) <= 2, [p.name for p in kept]  # bounded: the older ones were pruned
     newest = kept[-1]

@@ -194,7 +194,8 @@ class Box:
         self.start(unit)
 
     def stop_all(self) -> None:
-        for unit in list(self.procs):
+        # Redis last: a worker whose broker is gone spends its shutdown reconnecting.
+        for unit in sorted(self.procs, key=lambda u: u == "platform-redis"):
             self.stop(unit, timeout=30)
 
 

@@ -3,7 +3,6 @@ reports it, and Ctrl-C stops every process. Runs the real script on free ports."
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -62,12 +61,8 @@ def test_platform_up_starts_everything_reports_twice_and_stops_on_ctrl_c(tmp_pat
         assert "alive: 2" in runs["Status"].stdout
         assert "leader" in runs["Beat"].stdout
         assert re.search(r"^beat:beat1\s+RUNNING", runs["Processes"].stdout, re.MULTILINE)
-        status = subprocess.run(["bash", "-c", printed["Status"] + " --json"], cwd=ROOT,
-                                env=bare, timeout=90, capture_output=True, text=True)
-        report = json.loads(status.stdout)
-        assert report["workers"]["alive"] == 2
-        assert report["redis"]["appendfsync"] == "always"
-        assert report["redis"]["maxmemory_policy"] == "noeviction"
+        assert re.search(r"^  appendfsync\s+always$", runs["Status"].stdout, re.MULTILINE)
+        assert re.search(r"^  maxmemory_policy\s+noeviction$", runs["Status"].stdout, re.MULTILINE)
         ready = requests.get(printed_command(text, "Health"), timeout=10)
         assert ready.status_code == 200, ready.text
         assert ready.json()["checks"]["workers"]["alive"] == 2
