@@ -284,6 +284,7 @@ def test_upgrade_refuses_irreversible_then_switches_with_no_lost_work_and_rolls_
         assert len(submit_and_list(client, base)) >= len(submitted)
         measure(submitted=len(submitted), lost=0, done_twice=0,
                 restart_sequence_s=round(switch_s, 1))
+        client.close()  # an open keep-alive connection holds uvicorn's graceful shutdown
     finally:
         running.stop_all()
 
