@@ -9,6 +9,7 @@ way the answer is the same JSON 413 the document endpoints give.
 
 from __future__ import annotations
 
+import html
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -29,7 +30,10 @@ class BodyLimitMiddleware:
     def __init__(self, app: ASGIApp, *, max_body_bytes: int, message: str) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
-        self.body = json.dumps({"error": message}).encode()
+        self.json_body = json.dumps({"error": message}).encode()
+        # A browser's form post gets the same sentence as a page, not raw JSON.
+        self.html_body = (f"<!doctype html><title>Too large</title><h1>413: too large</h1>"
+                          f"<p>{html.escape(message)}</p><p><a href=\"/\">Home</a></p>").encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -37,7 +41,7 @@ class BodyLimitMiddleware:
             return
         declared = _content_length(scope)
         if declared is not None and declared > self.max_body_bytes:
-            await self._refuse(send)
+            await self._refuse(scope, send)
             return
 
         received = 0
@@ -66,20 +70,29 @@ class BodyLimitMiddleware:
 
         await self.app(scope, limited_receive, tracked_send)
         if cut_off and not response_started:
-            await self._refuse(send)
+            await self._refuse(scope, send)
 
-    async def _refuse(self, send: Send) -> None:
+    async def _refuse(self, scope: Scope, send: Send) -> None:
+        page = _wants_html(scope)
+        body = self.html_body if page else self.json_body
         await send({
             "type": "http.response.start",
             "status": 413,
             "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(self.body)).encode()),
+                (b"content-type", b"text/html; charset=utf-8" if page else b"application/json"),
+                (b"content-length", str(len(body)).encode()),
                 # The rest of the body is never read: the connection cannot be reused.
                 (b"connection", b"close"),
             ],
         })
-        await send({"type": "http.response.body", "body": self.body})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _wants_html(scope: Scope) -> bool:
+    if scope.get("path", "").startswith("/api/"):
+        return False
+    accept = dict(scope.get("headers", ())).get(b"accept", b"")
+    return b"text/html" in accept
 
 
 def _content_length(scope: Scope) -> int | None:

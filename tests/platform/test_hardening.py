@@ -153,6 +153,11 @@ def test_oversized_requests_are_refused_in_front_of_django(make_stack, measure):
     assert response.status_code == 413
     assert response.headers["Content-Type"] == "application/json"
     assert "larger than the limit" in response.json()["error"]
+    page = client.http.post(web.base + "/documents/", data=b"x" * (limit + 1), timeout=30,
+                            headers={**client.headers(), "Accept": "text/html",
+                                     "Content-Type": "application/x-www-form-urlencoded"})
+    assert page.status_code == 413 and "text/html" in page.headers["Content-Type"]
+    assert "larger than the limit" in page.text and "Traceback" not in page.text
     assert stack.query("SELECT count(*) FROM documents_document")[0][0] == count
     wait_until(lambda: client.get("/healthz").ok, timeout=10, what="server still answers")
     measure(body_declared_server_wrote_kb=declared_written // 1024,
