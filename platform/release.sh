@@ -50,16 +50,20 @@ release_build() {
   install -d -m 755 "$dir"
   release_tar "$PLATFORM_ROOT" | tar -C "$dir" -xf - --no-same-owner
   # The system's Python, which every user can run (not a developer's own build under /root).
-  local from="$APP_DIR/current"
-  if [ -f "$from/.complete" ] && cmp -s <(runtime_requirements) <(sed '/^# tests/,$d' "$from/requirements.txt"); then
+  if same_pins_as_current; then
     # The same pins as the running release, which pip installed and checked.
-    venv_clone "$(cd "$from" && pwd -P)/venv" "$dir/venv"
+    venv_clone "$(cd "$APP_DIR/current" && pwd -P)/venv" "$dir/venv"
   else
     "$SYSTEM_PYTHON" -m venv "$dir/venv"
     "$dir/venv/bin/python" -m pip install -q --no-cache-dir -r <(runtime_requirements) 2>&1 | quiet_pip
   fi
   chmod -R go-w "$dir"
   echo "$version" > "$dir/.complete"
+}
+
+same_pins_as_current() {
+  [ -f "$APP_DIR/current/.complete" ] \
+    && cmp -s <(runtime_requirements) <(sed '/^# tests/,$d' "$APP_DIR/current/requirements.txt")
 }
 
 # Same pins as the running release: copy its packages instead of installing them again (an
