@@ -170,7 +170,8 @@ install_units() {
   tmp="$(mktemp)"
   for unit in "$PLATFORM_ROOT"/platform/systemd/*; do
     sed -e "s|@USER@|$PLATFORM_USER|g" -e "s|@ETC_DIR@|$ETC_DIR|g" \
-        -e "s|@DATA_DIR@|$DATA_DIR|g" -e "s|@APP_DIR@|$APP_DIR|g" "$unit" > "$tmp"
+        -e "s|@DATA_DIR@|$DATA_DIR|g" -e "s|@APP_DIR@|$APP_DIR|g" \
+        -e "s|@WEB_LISTEN@|$WEB_HOST:$WEB_PORT|g" "$unit" > "$tmp"
     install_if_changed "$tmp" "$UNIT_DIR/$(basename "$unit")" 644 root root
   done
   rm -f "$tmp"

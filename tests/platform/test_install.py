@@ -13,6 +13,7 @@ import sqlite3
 import stat
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -23,7 +24,7 @@ import urllib3
 
 from apps.ops.envfile import parse_env_file
 from celery_conf.names import Queue
-from tests.platform.units import owner_of, unit_process, unit_settings
+from tests.platform.units import listen_socket, owner_of, unit_process, unit_settings
 from tests.procs import ROOT, free_port, wait_until
 
 pytestmark = pytest.mark.processes
@@ -108,7 +109,7 @@ def test_install_lays_out_user_release_secrets_and_units(box, measure):
 def test_units_verify_clean_and_match_the_queues(box):
     root, _, _ = box
     units = sorted((root / "etc/systemd/system").glob("platform*"))
-    assert len(units) == 6
+    assert len(units) == 7
     result = subprocess.run(["systemd-analyze", "verify", *map(str, units)],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and result.stdout + result.stderr == "", result.stderr
@@ -175,11 +176,15 @@ class Box:
         self.units = root / "etc/systemd/system"
         self.logs = logs
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        # platform-web.socket: opened once and kept across web restarts, as systemd does.
+        self.web_socket = listen_socket(self.units / "platform-web.socket")
 
     def start(self, unit: str) -> None:
         name, _, instance = unit.partition("@")
         path = self.units / (f"{name}@.service" if instance else f"{name}.service")
-        self.procs[unit] = unit_process(path, instance=instance, log=self.logs / f"{unit}.log")
+        self.procs[unit] = unit_process(
+            path, instance=instance, log=self.logs / f"{unit}.log",
+            listen=self.web_socket if unit == "platform-web" else None)
 
     def stop(self, unit: str, timeout: float = 400) -> None:
         # KillMode=mixed / the default: SIGTERM to the main process; SIGKILL after the timeout.
@@ -200,6 +205,7 @@ class Box:
         # Redis last: a worker whose broker is gone spends its shutdown reconnecting.
         for unit in sorted(self.procs, key=lambda u: u == "platform-redis"):
             self.stop(unit, timeout=30)
+        self.web_socket.close()
 
 
 def test_upgrade_refuses_irreversible_then_switches_with_no_lost_work_and_rolls_back(
@@ -251,9 +257,11 @@ def test_upgrade_refuses_irreversible_then_switches_with_no_lost_work_and_rolls_
         for unit in Box.ORDER:
             assert unit in upgraded.stderr
         started = time.monotonic()
+        polling = Poller(base + "/healthz")
         for unit in Box.ORDER:
             submitted += [submit(client, base, f"during {unit}")] if unit != "platform-web" else []
             running.restart(unit)
+        web_restart = polling.stop()
         wait_until(lambda: _ok(base + "/readyz", running), timeout=120, what="release B ready")
         switch_s = time.monotonic() - started
         submitted += [submit(client, base, "after upgrade")]
@@ -287,7 +295,9 @@ def test_upgrade_refuses_irreversible_then_switches_with_no_lost_work_and_rolls_
         assert Path(web.cwd()) == release_a
         assert len(submit_and_list(client, base)) >= len(submitted)
         measure(submitted=len(submitted), lost=0, done_twice=0,
-                restart_sequence_s=round(switch_s, 1))
+                restart_sequence_s=round(switch_s, 1), polls_during_restarts=web_restart["ok"],
+                polls_failed=web_restart["failed"], slowest_poll_ms=web_restart["slowest_ms"])
+        assert web_restart["failed"] == 0, web_restart
         client.close()  # an open keep-alive connection holds uvicorn's graceful shutdown
     finally:
         running.stop_all()
@@ -313,6 +323,36 @@ def installed_box_checks(root: Path, first: subprocess.CompletedProcess[str], ba
         assert run.returncode == 0 and text in run.stdout, f"{line}: {run.stdout}{run.stderr}"
     flower = requests.get(f"http://127.0.0.1:{values['FLOWER_PORT']}/", timeout=10)
     assert flower.status_code == 401
+
+
+class Poller:
+    """A monitor polling one URL on a new connection each time, counting failures."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.result = {"ok": 0, "failed": 0, "slowest_ms": 0.0, "errors": []}
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.run)
+        self.thread.start()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            started = time.perf_counter()
+            try:
+                ok = requests.get(self.url, verify=False, timeout=30,
+                                  headers={"Connection": "close"}).status_code == 200
+            except requests.RequestException as exc:
+                ok = False
+                self.result["errors"].append(repr(exc)[:200])
+            self.result["ok" if ok else "failed"] += 1
+            self.result["slowest_ms"] = max(self.result["slowest_ms"],
+                                            round((time.perf_counter() - started) * 1000))
+            self.done.wait(0.05)
+
+    def stop(self) -> dict:
+        self.done.set()
+        self.thread.join()
+        return self.result
 
 
 def _ok(url: str, running: Box | None = None) -> bool:

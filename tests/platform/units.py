@@ -11,6 +11,7 @@ import os
 import pwd
 import re
 import shlex
+import socket
 import subprocess
 from pathlib import Path
 
@@ -32,8 +33,22 @@ def _specifiers(text: str, instance: str) -> str:
     return re.sub(r"%(.)", lambda m: {"i": instance, "%": "%"}.get(m.group(1), m.group(0)), text)
 
 
-def unit_process(path: Path, *, instance: str = "", log: Path) -> subprocess.Popen[bytes]:
-    """Start the unit's ExecStart as its User=, in its own session; output to ``log``."""
+def listen_socket(path: Path) -> socket.socket:
+    """What systemd does for a .socket unit: bind its ListenStream= and listen."""
+    host, _, port = unit_settings(path)["ListenStream"][0].rpartition(":")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, int(port)))
+    sock.listen(int(unit_settings(path).get("Backlog", ["128"])[0]))
+    return sock
+
+
+def unit_process(path: Path, *, instance: str = "", log: Path,
+                 listen: socket.socket | None = None) -> subprocess.Popen[bytes]:
+    """Start the unit's ExecStart as its User=, in its own session; output to ``log``.
+
+    ``listen``: the socket of the unit's .socket unit, handed over as fd 3 like systemd does.
+    """
     unit = unit_settings(path)
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
     for env_file in unit.get("EnvironmentFile", []):
@@ -45,9 +60,15 @@ def unit_process(path: Path, *, instance: str = "", log: Path) -> subprocess.Pop
     env["HOME"] = user.pw_dir
     command = _specifiers(unit["ExecStart"][0], instance)
     command = re.sub(r"\$\{(\w+)\}", lambda m: env[m.group(1)], command)
+    argv = shlex.split(command)
+    pass_fds: tuple[int, ...] = ()
+    if listen is not None:
+        # bash: dash cannot name a descriptor above 9 in a redirection.
+        argv = ["/bin/bash", "-c", f'exec "$0" "$@" 3<&{listen.fileno()}', *argv]
+        pass_fds = (listen.fileno(),)
     with open(log, "ab") as out:
         return subprocess.Popen(
-            shlex.split(command), cwd=unit.get("WorkingDirectory", ["/"])[0], env=env,
+            argv, cwd=unit.get("WorkingDirectory", ["/"])[0], env=env, pass_fds=pass_fds,
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             user=user.pw_uid, group=user.pw_gid, extra_groups=[], start_new_session=True,
         )
