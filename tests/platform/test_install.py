@@ -24,6 +24,7 @@ import urllib3
 
 from apps.ops.envfile import parse_env_file
 from celery_conf.names import Queue
+from tests.platform.live import NumberedPublisher, TLSSSEClient
 from tests.platform.units import listen_socket, owner_of, unit_process, unit_settings
 from tests.procs import ROOT, free_port, wait_until
 
@@ -256,6 +257,12 @@ def test_upgrade_refuses_irreversible_then_switches_with_no_lost_work_and_rolls_
         # Restart in the printed order while documents keep arriving.
         for unit in Box.ORDER:
             assert unit in upgraded.stderr
+        # A live page stays open through the switch-over while events keep being published.
+        page = TLSSSEClient(base, "; ".join(f"{k}={v}" for k, v in client.cookies.items()),
+                            name="upgrade", cafile=str(root / "etc/platform/tls/cert.pem"))
+        page.start()
+        wait_until(page.ready.is_set, timeout=30, what="live page connected")
+        publisher = NumberedPublisher(values["REDIS_URL"], rate=5)
         started = time.monotonic()
         polling = Poller(base + "/healthz")
         for unit in Box.ORDER:
@@ -264,6 +271,7 @@ def test_upgrade_refuses_irreversible_then_switches_with_no_lost_work_and_rolls_
         web_restart = polling.stop()
         wait_until(lambda: _ok(base + "/readyz", running), timeout=120, what="release B ready")
         switch_s = time.monotonic() - started
+        live = live_page_across(page, publisher, running)
         submitted += [submit(client, base, "after upgrade")]
         for unit, proc in running.procs.items():
             if unit not in ("platform-redis", "platform-flower"):
@@ -297,7 +305,7 @@ def test_upgrade_refuses_irreversible_then_switches_with_no_lost_work_and_rolls_
         measure(submitted=len(submitted), lost=0, done_twice=0,
                 restart_sequence_s=round(switch_s, 1), polls_during_restarts=web_restart["ok"],
                 polls_failed=web_restart["failed"], polls_refused=web_restart["refused"],
-                slowest_poll_ms=web_restart["slowest_ms"])
+                slowest_poll_ms=web_restart["slowest_ms"], **live)
         # The socket unit's promise: the port never refuses a connection. (A connection a
         # stopping uvicorn worker accepted but had not read yet is closed unanswered: a real
         # race of uvicorn's shutdown, counted in "failed", measured in adr/0020.)
@@ -305,6 +313,31 @@ def test_upgrade_refuses_irreversible_then_switches_with_no_lost_work_and_rolls_
         client.close()  # an open keep-alive connection holds uvicorn's graceful shutdown
     finally:
         running.stop_all()
+
+
+def live_page_across(page: TLSSSEClient, publisher: NumberedPublisher,
+                     running: Box) -> dict[str, float]:
+    """Every event published across the switch-over reached the page once, in order; the page
+    reconnected to the new release's web worker and was replayed what it missed meanwhile."""
+    published = publisher.stop()
+    wait_until(lambda: len(page.numbers()) >= published, timeout=60,
+               what=f"{published} events on the live page")
+    ended, readies = list(page.ended_at), [e.at for e in page.of_kind("ready")]
+    page.stop()
+    got = page.numbers()
+    assert got == list(range(published)), (
+        f"lost {sorted(set(range(published)) - set(got))}, "
+        f"duplicated {sorted(n for n in set(got) if got.count(n) > 1)}")
+    new_workers = {p.pid for p in psutil.Process(running.procs["platform-web"].pid).children()}
+    assert len(page.workers) >= 2 and page.workers[-1] in new_workers, page.workers
+    # Each stream that ended: how long until the next one was ready, and how many events were
+    # published in that gap (the page got them by replay from its Last-Event-ID).
+    gaps = [(end, min(r for r in readies if r > end)) for end in ended]
+    replayed = sum(1 for t in publisher.published for end, ready in gaps if end < t < ready)
+    assert gaps and replayed >= 1, (gaps, replayed)
+    return {"live_events": published, "live_lost": 0, "live_duplicated": 0,
+            "live_reconnects": len(gaps), "live_replayed": replayed,
+            "live_reconnect_s": round(max(ready - end for end, ready in gaps), 2)}
 
 
 def installed_box_checks(root: Path, first: subprocess.CompletedProcess[str], base: str,
