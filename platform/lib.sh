@@ -13,11 +13,19 @@ as_root() {
   if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
 }
 
-# System packages: redis-server, the venv module, and any extra names given as arguments.
+# System packages: redis-server, the venv module of the Python that builds the virtual
+# environment (SYSTEM_PYTHON for a release, see release.sh; python3 on PATH for development),
+# and any extra names given as arguments. Debian packages venv per version (python3.11-venv),
+# so the name comes from that interpreter, not from whichever python3 is first on PATH.
 ensure_system_packages() {
-  local missing=() pkg
+  local missing=() pkg python="${SYSTEM_PYTHON:-python3}" version
   command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
-  python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
+  if ! command -v "$python" >/dev/null 2>&1; then
+    missing+=(python3 python3-venv)
+  elif ! "$python" -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    version="$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+    missing+=("python$version-venv")
+  fi
   for pkg in "$@"; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
   done
@@ -25,6 +33,12 @@ ensure_system_packages() {
     say "installing system packages: ${missing[*]}"
     as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  fi
+  # An interpreter the packages cannot fix (a build of its own, not the distribution's).
+  if ! "$python" -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    echo "platform: $python cannot create a virtual environment (no ensurepip/venv module);" \
+      "install its venv module (a release uses PLATFORM_PYTHON, default /usr/bin/python3)" >&2
+    exit 1
   fi
 }
 

@@ -94,7 +94,7 @@ install_if_changed() {
   install -m "$mode" -o "$owner" -g "$group" "$src" "$dest"
 }
 
-secret() { python3 -c "import secrets; print(secrets.token_urlsafe($1))"; }
+secret() { "$SYSTEM_PYTHON" -c "import secrets; print(secrets.token_urlsafe($1))"; }
 
 # Generated once; a second install keeps every value (and the secrets with it).
 ensure_env_file() {
