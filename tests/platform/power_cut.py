@@ -21,6 +21,7 @@ import time
 from collections import Counter
 from typing import Any
 
+from celery_conf import names
 from tests.procs import BIN, QUEUES, Client, Stack, Web, spawn
 
 ENV = {
@@ -99,6 +100,15 @@ class Submitter:
     def stop(self) -> None:
         self.done.set()
         self.thread.join()
+
+
+def purge_started_mid_run(stack: Stack, *, within_s: float) -> bool:
+    """A purge run started less than ``within_s`` ago is still running (under SLOW_PURGE it
+    runs for SLOW_S seconds, so a cut now certainly lands mid-run)."""
+    return bool(stack.query(
+        "SELECT count(*) FROM reports_jobrun WHERE job = ? AND outcome = 'running' "
+        "AND started_at > strftime('%Y-%m-%d %H:%M:%f', 'now', ?)",
+        names.REPORTS_RETENTION_PURGE, f"-{within_s} seconds")[0][0])
 
 
 def running_runs(stack: Stack) -> list[int]:

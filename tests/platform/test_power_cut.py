@@ -15,6 +15,7 @@ from collections import Counter
 
 import pytest
 
+from celery_conf import names
 from tests.platform import power_cut as box
 from tests.procs import wait_until
 
@@ -26,17 +27,21 @@ def test_power_cut_mid_run_loses_nothing_and_shows_the_cut_run_lost(make_stack, 
     web = box.boot(stack, include=box.SLOW_PURGE)
     submitter = box.Submitter(web.session(), rate=4, label="power cut")
     try:
-        # The moment: documents acknowledged and not finished, and a periodic run `running`.
+        # The moment: documents acknowledged, one being processed, and a purge that started
+        # under 2 s ago (it runs for SLOW_S = 4 s) mid-run.
         wait_until(lambda: len(submitter.acked) >= 6 and box.processing(stack)
-                   and box.running_runs(stack), timeout=60,
+                   and box.purge_started_mid_run(stack, within_s=2), timeout=60,
                    what="documents in flight while a periodic run is mid-run")
-        cut_runs = box.running_runs(stack)
-        in_flight = box.unfinished(stack, submitter.acked)
         spread_ms = box.power_cut(stack)
     finally:
         submitter.stop()
     acked = list(submitter.acked)
-    assert cut_runs and in_flight
+    # With every process dead, what the database says is running was cut off mid-run.
+    cut_runs = box.running_runs(stack)
+    in_flight = box.unfinished(stack, acked)
+    assert in_flight and stack.query(
+        f"SELECT count(*) FROM reports_jobrun WHERE id IN ({','.join(map(str, cut_runs))}) "
+        "AND job = ?", names.REPORTS_RETENTION_PURGE)[0][0] >= 1
 
     restarted = time.monotonic()
     stack.redis.start()
