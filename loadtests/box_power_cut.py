@@ -1,7 +1,7 @@
 """The whole box loses power: every process SIGKILLed at once with documents in flight and
 periodic jobs running, then everything started again the way the box starts at boot.
 
-    .venv/bin/python loadtests/box_power_cut.py [--cuts 3] [--rate 4] [--before 8]
+    .venv/bin/python loadtests/box_power_cut.py [--cuts 3] [--rate 4] [--before 8] [--slow-purge]
 
 Each cut: Redis, 2 Celery workers (-c 2), 2 elected beats (jobs due every 1-2 s) and 2 web
 workers run; a client submits documents at --rate per second; after --before seconds every
@@ -35,14 +35,15 @@ def one_cut(template: Path, work: Path, args: argparse.Namespace, n: int) -> dic
     stack = Stack(base_dir=work / f"cut{n}", template_db=template, env_overrides=box.ENV)
     submitter = None
     try:
-        web = box.boot(stack)
+        web = box.boot(stack, include=box.SLOW_PURGE if args.slow_purge else "")
         submitter = box.Submitter(web.session(), rate=args.rate, label=f"cut {n}")
         time.sleep(args.before)  # the load runs for a fixed time: that is the experiment
         states_at_cut = dict(stack.query("SELECT state, count(*) FROM documents_document "
                                          "GROUP BY state"))
-        cut_runs = box.running_runs(stack)
         spread_ms = box.power_cut(stack)
         submitter.stop()
+        # With every process dead, what the database says is running was cut off mid-run.
+        cut_runs = box.running_runs(stack)
         acked = list(submitter.acked)
         progress(f"cut {n}: SIGKILLed every process within {spread_ms:.1f} ms; "
                  f"{len(acked)} acknowledged, at the cut {states_at_cut}, "
@@ -74,6 +75,9 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=4.0)
     parser.add_argument("--before", type=float, default=8.0)
     parser.add_argument("--timeout", type=float, default=180.0)
+    parser.add_argument("--slow-purge", action="store_true",
+                        help="before each cut the purge takes seconds (tests/platform/slow_jobs"
+                             ".py), so cuts land mid-run and the lost marking is exercised")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="power-cut-"))
     template = make_template_db(work / "template")
