@@ -23,7 +23,9 @@ def run_lib(tmp_path: Path, script: str, **env: str) -> subprocess.CompletedProc
     (fake / "dpkg").write_text("#!/bin/sh\nexit 1\n")  # no extra package is installed
     for tool in fake.iterdir():
         tool.chmod(0o755)
-    return subprocess.run(["bash", "-c", f". platform/lib.sh; {script}"], cwd=ROOT,
+    # as_root without sudo: sudo's secure_path would find the real apt-get.
+    return subprocess.run(["bash", "-c", f'. platform/lib.sh; as_root() {{ "$@"; }}; {script}'],
+                          cwd=ROOT,
                           capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", **env})
 
