@@ -21,6 +21,8 @@ DOCUMENT_PROCESS = "documents.process"
 REPORTS_USAGE_ROLLUP = "reports.usage_rollup"
 REPORTS_DAILY_DIGEST = "reports.daily_digest"
 REPORTS_RETENTION_PURGE = "reports.retention_purge"
+# The box's scheduled backup (apps/ops/tasks.py).
+OPS_BACKUP = "ops.backup"
 
 # Which queue each task goes to. A task missing here falls back to Queue.DEFAULT, and a test
 # fails so it cannot happen by accident.
@@ -29,6 +31,7 @@ TASK_QUEUES: dict[str, Queue] = {
     REPORTS_USAGE_ROLLUP: Queue.REPORTS,
     REPORTS_DAILY_DIGEST: Queue.REPORTS,
     REPORTS_RETENTION_PURGE: Queue.REPORTS,
+    OPS_BACKUP: Queue.DEFAULT,
 }
 
 

@@ -8,6 +8,7 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    path("", include("apps.ops.urls")),
     path("", include("apps.documents.urls")),
     path("", include("apps.reports.urls")),
     path("", include("apps.notifications.urls")),

@@ -13,11 +13,19 @@ as_root() {
   if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
 }
 
-# System packages: redis-server, the venv module, and any extra names given as arguments.
+# System packages: redis-server, the venv module of the Python that builds the virtual
+# environment (SYSTEM_PYTHON for a release, see release.sh; python3 on PATH for development),
+# and any extra names given as arguments. Debian packages venv per version (python3.11-venv),
+# so the name comes from that interpreter, not from whichever python3 is first on PATH.
 ensure_system_packages() {
-  local missing=() pkg
+  local missing=() pkg python="${SYSTEM_PYTHON:-python3}" version
   command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
-  python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
+  if ! command -v "$python" >/dev/null 2>&1; then
+    missing+=(python3 python3-venv)
+  elif ! "$python" -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    version="$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+    missing+=("python$version-venv")
+  fi
   for pkg in "$@"; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
   done
@@ -25,6 +33,12 @@ ensure_system_packages() {
     say "installing system packages: ${missing[*]}"
     as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  fi
+  # An interpreter the packages cannot fix (a build of its own, not the distribution's).
+  if ! "$python" -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    echo "platform: $python cannot create a virtual environment (no ensurepip/venv module);" \
+      "install its venv module (a release uses PLATFORM_PYTHON, default /usr/bin/python3)" >&2
+    exit 1
   fi
 }
 
@@ -79,6 +93,22 @@ ENV
   export REDIS_URL="redis://:${REDIS_PASSWORD}@127.0.0.1:${REDIS_PORT}/0"
   export FLOWER_BASIC_AUTH="${FLOWER_USER}:${FLOWER_PASSWORD}"
   export DJANGO_SETTINGS_MODULE="${DJANGO_SETTINGS_MODULE:-config.settings.development}"
+  write_platform_env
+}
+
+# var/platform.env: the environment of the running platform, rewritten at every start, so that
+# a bare `.venv/bin/python manage.py ...` reaches it (manage.py reads it: apps/ops/envfile.py).
+write_platform_env() {
+  umask 077
+  cat > "$PLATFORM_VAR_DIR/platform.env" <<ENV
+# Written by platform/up at every start; manage.py reads it. Secrets: keep it private.
+DJANGO_SETTINGS_MODULE=$DJANGO_SETTINGS_MODULE
+DJANGO_SECRET_KEY=$DJANGO_SECRET_KEY
+PLATFORM_VAR_DIR=$PLATFORM_VAR_DIR
+REDIS_URL=$REDIS_URL
+FLOWER_BASIC_AUTH=$FLOWER_BASIC_AUTH
+ENV
+  umask 022
 }
 
 # redis.conf for this machine: the shared platform/redis.conf plus port, directory, password.

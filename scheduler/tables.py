@@ -50,6 +50,19 @@ REPORTS: tuple[PeriodicJob, ...] = (
     ),
 )
 
-TABLES: dict[str, tuple[PeriodicJob, ...]] = {"reports": REPORTS}
+OPS: tuple[PeriodicJob, ...] = (
+    # Nightly backup of the database and Redis's AOF at 03:25 UTC, after the digest and off
+    # every other job's minute. A missed night is caught up by the next beat that leads.
+    PeriodicJob(
+        name=names.OPS_BACKUP,
+        every=env_int("BACKUP_EVERY_S", DAY),
+        offset=3 * HOUR + 25 * 60,
+        missed=Missed.CATCH_UP,
+        max_late=6 * HOUR,
+        why="backup of the database and Redis's append-only file; newest BACKUP_KEEP kept",
+    ),
+)
+
+TABLES: dict[str, tuple[PeriodicJob, ...]] = {"reports": REPORTS, "ops": OPS}
 
 JOBS: dict[str, PeriodicJob] = {job.name: job for table in TABLES.values() for job in table}

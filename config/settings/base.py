@@ -133,6 +133,19 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = DOCUMENTS_MAX_BYTES + 64 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = DOCUMENTS_MAX_BYTES + 64 * 1024
 
 
+# --- ops: health probes, request limits, backups (apps/ops/, platform/, adr/0020) ----------
+# /readyz fails when a queue's oldest message has waited longer than this: work is arriving
+# faster than the workers finish it, or no worker consumes that queue. Ten minutes is far past
+# a burst at the measured ~300 tasks/s and short enough for a monitor to page the same hour.
+READYZ_MAX_QUEUE_AGE_S = env_int("READYZ_MAX_QUEUE_AGE_S", 600)
+# Backups (database and Redis's append-only file) go here, one directory per backup; the
+# newest BACKUP_KEEP are kept so the disk cannot fill (about 2x data size x BACKUP_KEEP).
+BACKUP_DIR = Path(env_str("BACKUP_DIR", str(VAR_DIR / "backups")))
+BACKUP_KEEP = env_int("BACKUP_KEEP", 7)
+# Redis's data directory, where the backup copies the append-only file from.
+REDIS_DATA_DIR = Path(env_str("REDIS_DATA_DIR", str(VAR_DIR / "redis")))
+
+
 # --- events (the bus) and notifications (live pages) ------------------------------------
 # The replay log keeps at least the newest EVENTS_LOG_MAXLEN events and drops those older
 # than EVENTS_LOG_MAX_AGE_S (both trimmed per radix node, so "at least"); a client that was

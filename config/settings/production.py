@@ -1,31 +1,68 @@
 """Production: every secret and address comes from the environment; none has a default.
 
-A missing variable raises ImproperlyConfigured at start-up, before any process serves.
+A missing or weak value raises ImproperlyConfigured at start-up, before any process serves:
+the secret key, the Redis password, the database URL and the allowed hosts. Served over TLS
+only (uvicorn's own, adr/0020), so every cookie is Secure and HTTP is redirected.
 """
 
 from __future__ import annotations
 
-from config.env import env_bool, env_int, env_list, env_str, required
+from urllib.parse import urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+
+from config.env import env_int, env_list, env_str, required
 
 from .base import *  # noqa: F403
 from .base import celery_settings
 
+# Django's own deploy check wants 50 characters with some variety; the installer generates
+# 64 (platform/install). Shorter keys, or the development default, are refused.
+MIN_SECRET_KEY_LENGTH = 50
+# Redis listens on loopback with a password; the installer generates 32 characters.
+MIN_REDIS_PASSWORD_LENGTH = 16
+# One year: browsers remember to use HTTPS only. Not preloaded and not for subdomains: the
+# box serves one name inside a customer's network, whose other names are not ours to pin.
+HSTS_SECONDS = 365 * 24 * 3600
+
+
+def _strong_secret_key(value: str) -> str:
+    if len(value) < MIN_SECRET_KEY_LENGTH or len(set(value)) < 5 or "insecure" in value \
+            or value.startswith(("development", "tests-only")):
+        raise ImproperlyConfigured(
+            f"DJANGO_SECRET_KEY is too weak: use at least {MIN_SECRET_KEY_LENGTH} random "
+            "characters (platform/install generates one).")
+    return value
+
+
+def _redis_url_with_password(value: str) -> str:
+    password = urlsplit(value).password or ""
+    if len(password) < MIN_REDIS_PASSWORD_LENGTH:
+        raise ImproperlyConfigured(
+            "REDIS_URL must carry a Redis password of at least "
+            f"{MIN_REDIS_PASSWORD_LENGTH} characters (redis://:PASSWORD@host:port/0).")
+    return value
+
+
 DEBUG = False
-SECRET_KEY = required("DJANGO_SECRET_KEY")
+SECRET_KEY = _strong_secret_key(required("DJANGO_SECRET_KEY"))
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", [])
 if not ALLOWED_HOSTS:
     required("DJANGO_ALLOWED_HOSTS")
-REDIS_URL = required("REDIS_URL")
-if "@" not in REDIS_URL:
-    from django.core.exceptions import ImproperlyConfigured
-
-    raise ImproperlyConfigured("REDIS_URL must carry the Redis password (redis://:PASSWORD@host)")
+# base.py falls back to SQLite under var/ for development; production names its database.
+required("DATABASE_URL")
+REDIS_URL = _redis_url_with_password(required("REDIS_URL"))
 globals().update(celery_settings(REDIS_URL))
 
-SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", True)
-CSRF_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", True)
+SESSION_COOKIE_SECURE = True
+CSRF_COOKIE_SECURE = True
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
-SECURE_HSTS_SECONDS = env_int("DJANGO_HSTS_SECONDS", 0)
+SECURE_SSL_REDIRECT = True
+SECURE_HSTS_SECONDS = env_int("DJANGO_HSTS_SECONDS", HSTS_SECONDS)
+SILENCED_SYSTEM_CHECKS = [
+    "security.W005",  # HSTS for subdomains: see HSTS_SECONDS
+    "security.W021",  # HSTS preload list: see HSTS_SECONDS
+]
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
 EMAIL_HOST = env_str("EMAIL_HOST", "localhost")

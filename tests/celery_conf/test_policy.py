@@ -77,8 +77,9 @@ def test_production_settings_refuse_to_start_without_secrets():
 
 def test_production_settings_start_with_everything_given():
     env = {"PATH": "/usr/bin:/bin", "DJANGO_SETTINGS_MODULE": "config.settings.production",
-           "DJANGO_SECRET_KEY": "s" * 50, "DJANGO_ALLOWED_HOSTS": "example.com",
-           "REDIS_URL": "redis://:pw@127.0.0.1:6390/0"}
+           "DJANGO_SECRET_KEY": "k3Y-q" * 11, "DJANGO_ALLOWED_HOSTS": "example.com",
+           "REDIS_URL": "redis://:a-strong-password-1@127.0.0.1:6390/0",
+           "DATABASE_URL": "sqlite:////tmp/unused.sqlite3"}
     result = subprocess.run(
         [sys.executable, "-c", "import django; django.setup(); "
          "from django.conf import settings; print(settings.DEBUG)"],

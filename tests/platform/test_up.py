@@ -3,7 +3,6 @@ reports it, and Ctrl-C stops every process. Runs the real script on free ports."
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -48,13 +47,25 @@ def test_platform_up_starts_everything_reports_twice_and_stops_on_ctrl_c(tmp_pat
         flower = f"http://127.0.0.1:{env['FLOWER_PORT']}/"
         assert requests.get(flower, timeout=10).status_code == 401
 
-        status = subprocess.run(
-            [str(BIN / "python"), "manage.py", "status", "--json"], cwd=ROOT, timeout=60,
-            env={**env, "REDIS_URL": redis_url(tmp_path, env)}, capture_output=True, text=True)
-        report = json.loads(status.stdout)
-        assert report["workers"]["alive"] == 2
-        assert report["redis"]["appendfsync"] == "always"
-        assert report["redis"]["maxmemory_policy"] == "noeviction"
+        # Every command the start output prints works exactly as printed, from a new shell
+        # that has none of the platform's variables (the user's own terminal).
+        bare = {k: v for k, v in env.items()
+                if k not in ("PLATFORM_VAR_DIR", "REDIS_PORT", "WEB_PORT", "FLOWER_PORT")}
+        bare["PATH"] = "/usr/local/bin:/usr/bin:/bin"
+        printed = {label: printed_command(text, label) for label in ("Status", "Beat", "Processes")}
+        runs = {label: subprocess.run(["bash", "-c", line], cwd=ROOT, env=bare, timeout=90,
+                                      capture_output=True, text=True)
+                for label, line in printed.items()}
+        for label, run in runs.items():
+            assert run.returncode == 0, f"{printed[label]!r} failed:\n{run.stdout}{run.stderr}"
+        assert "alive: 2" in runs["Status"].stdout
+        assert "leader" in runs["Beat"].stdout
+        assert re.search(r"^beat:beat1\s+RUNNING", runs["Processes"].stdout, re.MULTILINE)
+        assert re.search(r"^  appendfsync\s+always$", runs["Status"].stdout, re.MULTILINE)
+        assert re.search(r"^  maxmemory_policy\s+noeviction$", runs["Status"].stdout, re.MULTILINE)
+        ready = requests.get(printed_command(text, "Health"), timeout=10)
+        assert ready.status_code == 200, ready.text
+        assert ready.json()["checks"]["workers"]["alive"] == 2
 
         again = subprocess.run(["bash", "platform/up"], cwd=ROOT, env=env, timeout=120,
                                capture_output=True, text=True)
@@ -88,6 +99,7 @@ def stop_leftovers(up: subprocess.Popen, pidfile) -> None:
         proc.kill()
 
 
-def redis_url(tmp_path, env) -> str:
-    values = dict(line.split("=", 1) for line in (tmp_path / "var" / "dev.env").read_text().split())
-    return f"redis://:{values['REDIS_PASSWORD']}@127.0.0.1:{env['REDIS_PORT']}/0"
+def printed_command(output: str, label: str) -> str:
+    match = re.search(rf"^  {label}\s+(.+)$", output, re.MULTILINE)
+    assert match, f"platform/up printed no {label} line"
+    return match.group(1).strip()

@@ -1,0 +1,167 @@
+"""Consistent backups of the box's two stores, a bounded number kept, and their restore.
+
+The database is copied with SQLite's online backup API (a consistent snapshot while other
+processes write) or ``pg_dump``; Redis with its append-only files (everything Redis
+acknowledged before the copy began; a command cut off at the end is dropped on load by
+``aof-load-truncated``). The elected beat schedules ``ops.backup`` (scheduler/tables.py); each
+backup's directory is named by its slot, so a slot delivered twice is backed up once.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import subprocess
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import connections
+
+BACKUP_PREFIX = "backup-"
+AOF_DIR_NAME = "appendonlydir"  # Redis 7's multi-part AOF directory (appenddirname)
+SQLITE_FILE = "db.sqlite3"
+PG_DUMP_FILE = "db.pgdump"
+MANIFEST = "manifest.json"
+# A rewrite can replace the AOF files while they are copied; copy again a few times.
+AOF_COPY_ATTEMPTS = 3
+
+
+class BackupError(Exception):
+    pass
+
+
+def backup_create(*, slot: str | None = None, root: Path | None = None,
+                  keep: int | None = None) -> Path | None:
+    """Take a backup into ``root``/backup-<slot>; None when that slot's backup exists already."""
+    root = root or settings.BACKUP_DIR
+    keep = settings.BACKUP_KEEP if keep is None else keep
+    stamp = (datetime.fromisoformat(slot) if slot else datetime.now(UTC)).strftime(
+        "%Y%m%dT%H%M%SZ")
+    final = root / f"{BACKUP_PREFIX}{stamp}"
+    if final.exists():
+        return None
+    partial = root / f".partial-{stamp}-{time.monotonic_ns()}"
+    partial.mkdir(parents=True)
+    try:
+        database = _database_backup(partial)
+        redis_files = _aof_copy(settings.REDIS_DATA_DIR / AOF_DIR_NAME, partial / AOF_DIR_NAME)
+        (partial / MANIFEST).write_text(json.dumps({
+            "taken_at": datetime.now(UTC).isoformat(), "slot": slot,
+            "database": database, "redis_files": redis_files,
+        }, indent=2))
+        # Make room first, so the directory never holds more than ``keep`` complete backups
+        # (unless two backups run at once), then publish: complete or not at all.
+        backups_prune(root=root, keep=keep - 1)
+        partial.rename(final)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    return final
+
+
+def backups_list(*, root: Path | None = None) -> list[Path]:
+    root = root or settings.BACKUP_DIR
+    if not root.exists():
+        return []
+    return sorted(p for p in root.iterdir() if p.name.startswith(BACKUP_PREFIX) and p.is_dir())
+
+
+def backups_prune(*, root: Path, keep: int) -> list[Path]:
+    existing = backups_list(root=root)
+    removed = existing[:-keep] if keep > 0 else existing
+    for path in removed:
+        shutil.rmtree(path)
+    return removed
+
+
+def backup_restore(*, backup: Path, force: bool = False, redis: bool = True) -> dict[str, Any]:
+    """Restore the database (and Redis's AOF) from ``backup`` into this box's data paths.
+
+    Refuses to overwrite existing data unless ``force``; Redis must be stopped for its files.
+    """
+    manifest_path = backup / MANIFEST
+    if not manifest_path.exists():
+        raise BackupError(f"{backup} is not a complete backup (no {MANIFEST})")
+    manifest = json.loads(manifest_path.read_text())
+    restored: dict[str, Any] = {"backup": str(backup), "taken_at": manifest["taken_at"]}
+    restored["database"] = _database_restore(backup, force=force)
+    if redis:
+        target = settings.REDIS_DATA_DIR / AOF_DIR_NAME
+        if target.exists() and any(target.iterdir()):
+            if not force:
+                raise BackupError(f"{target} holds Redis data; stop Redis and pass --force "
+                                  "to replace it")
+            shutil.rmtree(target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(backup / AOF_DIR_NAME, target)
+        restored["redis"] = str(target)
+    return restored
+
+
+def _database_backup(directory: Path) -> dict[str, Any]:
+    conf = settings.DATABASES["default"]
+    if conf["ENGINE"] == "django.db.backends.sqlite3":
+        target = directory / SQLITE_FILE
+        source = sqlite3.connect(str(conf["NAME"]), timeout=conf["OPTIONS"].get("timeout", 20))
+        dest = sqlite3.connect(str(target))
+        try:
+            source.backup(dest)  # SQLite's online backup: one consistent snapshot
+        finally:
+            dest.close()
+            source.close()
+        return {"engine": "sqlite", "file": SQLITE_FILE, "bytes": target.stat().st_size}
+    if conf["ENGINE"] == "django.db.backends.postgresql":
+        target = directory / PG_DUMP_FILE
+        subprocess.run(["pg_dump", "--format=custom", f"--file={target}", _pg_url(conf)],
+                       check=True, capture_output=True, timeout=3600)
+        return {"engine": "postgresql", "file": PG_DUMP_FILE, "bytes": target.stat().st_size}
+    raise BackupError(f"no backup method for {conf['ENGINE']}")
+
+
+def _database_restore(backup: Path, *, force: bool) -> dict[str, Any]:
+    conf = settings.DATABASES["default"]
+    if conf["ENGINE"] == "django.db.backends.sqlite3":
+        target = Path(conf["NAME"])
+        if target.exists() and target.stat().st_size > 0 and not force:
+            raise BackupError(f"{target} exists; pass --force to replace it")
+        connections.close_all()
+        for suffix in ("-wal", "-shm"):
+            Path(f"{target}{suffix}").unlink(missing_ok=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        source = sqlite3.connect(str(backup / SQLITE_FILE))
+        dest = sqlite3.connect(str(target))
+        try:
+            source.backup(dest)
+        finally:
+            dest.close()
+            source.close()
+        return {"engine": "sqlite", "file": str(target)}
+    if conf["ENGINE"] == "django.db.backends.postgresql":
+        subprocess.run(["pg_restore", "--clean", "--if-exists", "--no-owner",
+                        f"--dbname={_pg_url(conf)}", str(backup / PG_DUMP_FILE)],
+                       check=True, capture_output=True, timeout=3600)
+        return {"engine": "postgresql"}
+    raise BackupError(f"no restore method for {conf['ENGINE']}")
+
+
+def _aof_copy(source: Path, target: Path) -> list[str]:
+    if not source.exists():
+        raise BackupError(f"no Redis append-only files at {source} (REDIS_DATA_DIR)")
+    for attempt in range(AOF_COPY_ATTEMPTS):
+        try:
+            shutil.copytree(source, target)
+            return sorted(p.name for p in target.iterdir())
+        except (FileNotFoundError, shutil.Error):
+            shutil.rmtree(target, ignore_errors=True)
+            if attempt == AOF_COPY_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _pg_url(conf: dict[str, Any]) -> str:
+    return (f"postgresql://{conf['USER']}:{conf['PASSWORD']}@{conf['HOST']}:"
+            f"{conf['PORT'] or 5432}/{conf['NAME']}")

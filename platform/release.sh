@@ -1,0 +1,232 @@
+# Shared by platform/install, platform/upgrade and platform/rollback. Sourced after lib.sh.
+# The production layout, under an optional prefix (tests install into a temporary root):
+#   /opt/platform/releases/<version>/   the code and its own venv/, read-only to the user
+#   /opt/platform/current               symlink to the running release
+#   /etc/platform/platform.env          secrets and settings (root:platform 0640)
+#   /etc/platform/redis.conf, tls/      Redis's generated config, the TLS pair
+#   /var/lib/platform/                  database, redis/, backups/, static/ (the user's)
+#   /etc/systemd/system/platform*.{target,service}
+
+release_layout() {
+  local prefix="$1"
+  PLATFORM_USER="${PLATFORM_USER:-platform}"
+  APP_DIR="$prefix/opt/platform"
+  ETC_DIR="$prefix/etc/platform"
+  DATA_DIR="$prefix/var/lib/platform"
+  UNIT_DIR="$prefix/etc/systemd/system"
+  ENV_FILE="$ETC_DIR/platform.env"
+  MANAGE_WRAPPER="$prefix/usr/local/bin/platform-manage"
+  SYSTEM_PYTHON="${PLATFORM_PYTHON:-/usr/bin/python3}"
+}
+
+# The release's name: a hash of the shipped files, so the same code always lands in the same
+# directory (installing twice changes nothing) and different code never overwrites it.
+release_version() {
+  local hash
+  hash="$(release_tar "$PLATFORM_ROOT" | sha256sum | cut -c1-12)"
+  echo "r-$hash"
+}
+
+release_tar() {
+  tar -C "$1" --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner \
+    --exclude=./.venv --exclude=./var --exclude=./.git --exclude='__pycache__' \
+    --exclude='*.pyc' --exclude=./.pytest_cache --exclude=./.ruff_cache \
+    --exclude=./loadtests/results -cf - .
+}
+
+# Runtime dependencies only: requirements.txt's pins down to its "# tests" section.
+runtime_requirements() { sed '/^# tests/,$d' "$PLATFORM_ROOT/requirements.txt"; }
+
+# Build releases/<version> with its own virtual environment; a directory without the
+# .complete marker is a build that was interrupted and is built again.
+release_build() {
+  local version="$1" dir="$APP_DIR/releases/$1"
+  if [ -f "$dir/.complete" ]; then
+    say "release $version already built"
+    return
+  fi
+  say "building release $version in $dir"
+  rm -rf "$dir"
+  install -d -m 755 "$dir"
+  release_tar "$PLATFORM_ROOT" | tar -C "$dir" -xf - --no-same-owner
+  # The system's Python, which every user can run (not a developer's own build under /root).
+  if same_pins_as_current; then
+    # The same pins as the running release, which pip installed and checked.
+    venv_clone "$(cd "$APP_DIR/current" && pwd -P)/venv" "$dir/venv"
+  else
+    "$SYSTEM_PYTHON" -m venv "$dir/venv"
+    "$dir/venv/bin/python" -m pip install -q --no-cache-dir -r <(runtime_requirements) 2>&1 | quiet_pip
+  fi
+  chmod -R go-w "$dir"
+  echo "$version" > "$dir/.complete"
+}
+
+same_pins_as_current() {
+  [ -f "$APP_DIR/current/.complete" ] \
+    && cmp -s <(runtime_requirements) <(sed '/^# tests/,$d' "$APP_DIR/current/requirements.txt")
+}
+
+# Same pins as the running release: copy its packages instead of installing them again (an
+# upgrade that changes only code then takes seconds). A venv records its own path in its
+# scripts, so the copies are rewritten to the new one.
+venv_clone() {
+  local src="$1" dest="$2" script
+  "$SYSTEM_PYTHON" -m venv --without-pip "$dest"
+  # Hard links: pip replaces files rather than writing into them, so the releases never
+  # change each other's packages.
+  cp -al "$src/lib/." "$dest/lib/"
+  for script in "$src"/bin/*; do
+    [ -e "$dest/bin/$(basename "$script")" ] && continue
+    if head -c 2 "$script" | grep -q '#!' || grep -qI "$src" "$script" 2>/dev/null; then
+      sed "s|$src|$dest|g" "$script" > "$dest/bin/$(basename "$script")"
+      chmod 755 "$dest/bin/$(basename "$script")"
+    fi
+  done
+}
+
+# Copy SRC to DEST only if it differs (so a second install leaves every file untouched).
+install_if_changed() {
+  local src="$1" dest="$2" mode="$3" owner="$4" group="$5"
+  if [ -f "$dest" ] && cmp -s "$src" "$dest"; then
+    chmod "$mode" "$dest"; chown "$owner:$group" "$dest"
+    return
+  fi
+  install -m "$mode" -o "$owner" -g "$group" "$src" "$dest"
+}
+
+secret() { "$SYSTEM_PYTHON" -c "import secrets; print(secrets.token_urlsafe($1))"; }
+
+# Generated once; a second install keeps every value (and the secrets with it).
+ensure_env_file() {
+  local host="$1"
+  if [ ! -f "$ENV_FILE" ]; then
+    local web_port="${WEB_PORT:-443}" redis_port="${REDIS_PORT:-6390}" redis_password origin
+    redis_password="$(secret 24)"
+    origin="https://$host"
+    [ "$web_port" = 443 ] || origin="$origin:$web_port"
+    local tmp
+    tmp="$(mktemp)"
+    cat > "$tmp" <<ENV
+# Written once by platform/install; every process of the platform reads it (systemd's
+# EnvironmentFile=, platform-manage). Secrets: root and $PLATFORM_USER only.
+DJANGO_SETTINGS_MODULE=config.settings.production
+DJANGO_SECRET_KEY=$(secret 48)
+DJANGO_ALLOWED_HOSTS=$host,localhost,127.0.0.1
+DJANGO_CSRF_TRUSTED_ORIGINS=$origin
+DATABASE_URL=sqlite:///$DATA_DIR/db.sqlite3
+PLATFORM_VAR_DIR=$DATA_DIR
+REDIS_PASSWORD=$redis_password
+REDIS_PORT=$redis_port
+REDIS_URL=redis://:$redis_password@127.0.0.1:$redis_port/0
+FLOWER_PORT=${FLOWER_PORT:-5555}
+FLOWER_BASIC_AUTH=admin:$(secret 24)
+WEB_HOST=${WEB_HOST:-0.0.0.0}
+WEB_PORT=$web_port
+WEB_WORKERS=${WEB_WORKERS:-2}
+CELERY_CONCURRENCY=${CELERY_CONCURRENCY:-2}
+ENV
+    install -m 640 -o root -g "$PLATFORM_USER" "$tmp" "$ENV_FILE"
+    rm -f "$tmp"
+  fi
+  chmod 640 "$ENV_FILE"; chown "root:$PLATFORM_USER" "$ENV_FILE"
+  set -a
+  # shellcheck disable=SC1090
+  . "$ENV_FILE"
+  set +a
+}
+
+# The certificate given, or a self-signed one generated once (ten years, the box's name).
+ensure_tls() {
+  local host="$1" cert="$2" key="$3"
+  if [ -n "$cert" ]; then
+    install_if_changed "$cert" "$ETC_DIR/tls/cert.pem" 644 root "$PLATFORM_USER"
+    install_if_changed "$key" "$ETC_DIR/tls/key.pem" 640 root "$PLATFORM_USER"
+  elif [ ! -f "$ETC_DIR/tls/cert.pem" ]; then
+    say "generating a self-signed certificate for $host"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=$host" \
+      -addext "subjectAltName=DNS:$host,DNS:localhost,IP:127.0.0.1" \
+      -keyout "$ETC_DIR/tls/key.pem" -out "$ETC_DIR/tls/cert.pem" 2>/dev/null
+    chown "root:$PLATFORM_USER" "$ETC_DIR/tls/key.pem" "$ETC_DIR/tls/cert.pem"
+    chmod 640 "$ETC_DIR/tls/key.pem"; chmod 644 "$ETC_DIR/tls/cert.pem"
+  fi
+}
+
+write_redis_conf_for() {
+  local tmp
+  tmp="$(mktemp)"
+  cat > "$tmp" <<CONF
+# Written by platform/install: the release's platform/redis.conf plus this box's values.
+include $APP_DIR/current/platform/redis.conf
+port $REDIS_PORT
+dir $DATA_DIR/redis
+requirepass $REDIS_PASSWORD
+CONF
+  install_if_changed "$tmp" "$1" 640 root "$PLATFORM_USER"
+  rm -f "$tmp"
+}
+
+install_units() {
+  local unit tmp
+  tmp="$(mktemp)"
+  for unit in "$PLATFORM_ROOT"/platform/systemd/*; do
+    sed -e "s|@USER@|$PLATFORM_USER|g" -e "s|@ETC_DIR@|$ETC_DIR|g" \
+        -e "s|@DATA_DIR@|$DATA_DIR|g" -e "s|@APP_DIR@|$APP_DIR|g" \
+        -e "s|@WEB_LISTEN@|$WEB_HOST:$WEB_PORT|g" "$unit" > "$tmp"
+    install_if_changed "$tmp" "$UNIT_DIR/$(basename "$unit")" 644 root root
+  done
+  rm -f "$tmp"
+}
+
+install_manage_wrapper() {
+  local tmp
+  tmp="$(mktemp)"
+  cat > "$tmp" <<WRAPPER
+#!/bin/sh
+# manage.py of the current release, as $PLATFORM_USER, with the platform's environment file.
+set -e
+cd "$DATA_DIR"
+if [ "\$(id -un)" = "$PLATFORM_USER" ]; then
+  exec env PLATFORM_ENV_FILE="$ENV_FILE" "$APP_DIR/current/venv/bin/python" "$APP_DIR/current/manage.py" "\$@"
+fi
+exec runuser -u "$PLATFORM_USER" -- env PLATFORM_ENV_FILE="$ENV_FILE" "$APP_DIR/current/venv/bin/python" "$APP_DIR/current/manage.py" "\$@"
+WRAPPER
+  install_if_changed "$tmp" "$MANAGE_WRAPPER" 755 root root
+  rm -f "$tmp"
+}
+
+as_platform_user() {
+  [ "$1" = manage ] && shift
+  "$MANAGE_WRAPPER" "$@"
+}
+
+# manage.py of a given release (not necessarily the current one), as the platform's user.
+release_manage() {
+  local version="$1"; shift
+  (cd "$DATA_DIR" && runuser -u "$PLATFORM_USER" -- env PLATFORM_ENV_FILE="$ENV_FILE" \
+    "$APP_DIR/releases/$version/venv/bin/python" "$APP_DIR/releases/$version/manage.py" "$@")
+}
+
+# Point a symlink somewhere else in one rename, so nothing ever sees it missing.
+switch_link() {
+  local link="$1" target="$2"
+  ln -sfn "$target" "$link.new"
+  mv -T "$link.new" "$link"
+}
+
+# The order that loses nothing: each beat in turn (the other leads meanwhile), each worker in
+# turn (warm shutdown: running tasks finish, reserved ones go back; the other worker serves),
+# then the web workers (pages reconnect and replay), then Flower.
+RESTART_ORDER=(platform-beat@2 platform-beat@1 platform-worker@1 platform-worker@2 platform-web platform-flower)
+
+restart_in_order() {
+  local prefix="$1" unit
+  if [ -z "$prefix" ] && [ -d /run/systemd/system ]; then
+    systemctl daemon-reload
+    for unit in "${RESTART_ORDER[@]}"; do
+      say "restarting $unit"
+      systemctl restart "$unit"
+    done
+  else
+    say "no systemd running here: restart these units in this order: ${RESTART_ORDER[*]}"
+  fi
+}
