@@ -50,6 +50,21 @@ REPORTS: tuple[PeriodicJob, ...] = (
     ),
 )
 
+DURABILITY: tuple[PeriodicJob, ...] = (
+    # The reconciler, every minute at :30 (off the reports' minutes). The database is the
+    # record: documents left queued or processing with no message and no live run behind them
+    # are re-enqueued, runs whose process died are marked lost. A missed slot is skipped: the
+    # next one does the same work.
+    PeriodicJob(
+        name=names.PLATFORM_RECONCILE,
+        every=env_int("PLATFORM_RECONCILE_EVERY_S", 60),
+        offset=30,
+        missed=Missed.SKIP,
+        max_late=50,
+        why="re-enqueue documents with no live work behind them; mark dead runs lost",
+    ),
+)
+
 OPS: tuple[PeriodicJob, ...] = (
     # Nightly backup of the database and Redis's AOF at 03:25 UTC, after the digest and off
     # every other job's minute. A missed night is caught up by the next beat that leads.
@@ -63,6 +78,8 @@ OPS: tuple[PeriodicJob, ...] = (
     ),
 )
 
-TABLES: dict[str, tuple[PeriodicJob, ...]] = {"reports": REPORTS, "ops": OPS}
+TABLES: dict[str, tuple[PeriodicJob, ...]] = {
+    "reports": REPORTS, "durability": DURABILITY, "ops": OPS,
+}
 
 JOBS: dict[str, PeriodicJob] = {job.name: job for table in TABLES.values() for job in table}
