@@ -21,7 +21,7 @@ from django.conf import settings
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from .bus import CHANNEL
+from .bus import CHANNEL, CONTROL_CHANNEL
 from .types import Event, StreamId, decode
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ PING_INTERVAL_S = 10.0
 REPORT_INTERVAL_S = 0.5  # the connection count in WORKERS_KEY lags at most this much
 RECONNECT_BACKOFF_S = (0.2, 5.0)
 
-CloseReason = Literal["lost", "behind"]
+CloseReason = Literal["lost", "behind", "ended"]
 
 
 class BusUnavailable(Exception):
@@ -42,10 +42,12 @@ class BusUnavailable(Exception):
 class Subscriber:
     """One client connection: a bounded queue the hub fills and the connection drains."""
 
-    __slots__ = ("user_id", "queue", "closed")
+    __slots__ = ("user_id", "session", "queue", "closed", "wake_at")
 
-    def __init__(self, *, user_id: int, maxsize: int) -> None:
+    def __init__(self, *, user_id: int, session: str = "", maxsize: int) -> None:
         self.user_id = user_id
+        self.session = session  # a hash naming the login (apps.events.sessions)
+        self.wake_at = 0.0  # when the stream's current wait times out (event-loop clock)
         # None in the queue only wakes the reader up to look at ``closed``.
         self.queue: asyncio.Queue[Event | None] = asyncio.Queue(maxsize=maxsize)
         self.closed: CloseReason | None = None
@@ -111,6 +113,19 @@ class Hub:
                 sub.close("behind")
         self.position = event.sid
 
+    def _end_sessions(self, raw: str) -> None:
+        """Close the streams of a user whose login ended or whose credentials changed."""
+        try:
+            message = json.loads(raw)
+            user_id, session = int(message["user"]), message.get("session")
+        except (ValueError, KeyError, TypeError):
+            log.error("dropping a malformed control message: %.200r", raw)
+            return
+        for sub in list(self._by_user.get(user_id, ())):
+            if session is None or sub.session == session:
+                self.detach(sub)
+                sub.close("ended")
+
     def _lose_all(self) -> None:
         self._ready.clear()
         self.position = None
@@ -143,10 +158,13 @@ class Hub:
         )
         pubsub = client.pubsub()
         try:
-            await pubsub.subscribe(CHANNEL)
-            confirm = await pubsub.get_message(timeout=5)
-            if not confirm or confirm["type"] != "subscribe":
-                raise ConnectionError(f"no subscribe confirmation: {confirm!r}")
+            # Events and session control share this one connection: a missed control
+            # message is impossible without a lost subscription, which closes every stream.
+            await pubsub.subscribe(CHANNEL, CONTROL_CHANNEL)
+            for _ in range(2):
+                confirm = await pubsub.get_message(timeout=5)
+                if not confirm or confirm["type"] != "subscribe":
+                    raise ConnectionError(f"no subscribe confirmation: {confirm!r}")
             self.generation += 1
             self._ready.set()
             log.info("event bus subscribed (pid %s, generation %s)", os.getpid(), self.generation)
@@ -157,7 +175,10 @@ class Hub:
                 if message is not None:
                     pinged, heard_at = False, now
                     if message["type"] == "message":
-                        self._receive(message["data"])
+                        if message["channel"] == CONTROL_CHANNEL:
+                            self._end_sessions(message["data"])
+                        else:
+                            self._receive(message["data"])
                 elif now - heard_at > PING_INTERVAL_S:
                     if pinged:
                         raise ConnectionError("no answer to PING on the subscription")

@@ -1,0 +1,49 @@
+"""The telemetry chart's stream endpoint, with a per-worker cap on open streams.
+
+Served by ``apps.stream_front`` (settings.STREAM_ENDPOINTS). Each stream samples on its own
+clock and costs CPU for as long as it is open (adr/0019 measures it), so a worker serves at
+most ``TELEMETRY_STREAMS_PER_WORKER`` at once; beyond that it answers 503 with Retry-After,
+and the page waits that long and tries again (any worker may have room by then).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from django.conf import settings
+
+from apps.stream_front import StreamRefused, StreamRequest
+
+from .inputs import StreamParamError, rate_from_query
+from .stream import telemetry_stream
+
+
+# The telemetry streams this worker serves now. One event loop per worker: no lock needed.
+_open: dict[str, int] = {"streams": 0}
+
+
+async def telemetry_stream_endpoint(request: StreamRequest) -> AsyncIterator[bytes]:
+    try:
+        rate = rate_from_query(request.query)
+    except StreamParamError as exc:
+        raise StreamRefused(400, str(exc)) from None
+    if _open["streams"] >= settings.TELEMETRY_STREAMS_PER_WORKER:
+        raise StreamRefused(
+            503, "The live chart is at capacity on this server; retrying shortly.",
+            headers={"Retry-After": str(settings.TELEMETRY_BUSY_RETRY_S)})
+    _open["streams"] += 1
+    return _counted(telemetry_stream(rate_hz=rate, max_seconds=settings.TELEMETRY_STREAM_MAX_S,
+                                     retry_ms=settings.TELEMETRY_RETRY_MS))
+
+
+async def _counted(stream: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in stream:
+            yield chunk
+    finally:
+        _open["streams"] -= 1
+        await stream.aclose()  # type: ignore[attr-defined]
+
+
+def telemetry_streams_open() -> int:
+    return _open["streams"]
