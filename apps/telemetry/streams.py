@@ -17,7 +17,6 @@ from apps.stream_front import StreamRefused, StreamRequest
 from .inputs import StreamParamError, rate_from_query
 from .stream import telemetry_stream
 
-
 # The telemetry streams this worker serves now. One event loop per worker: no lock needed.
 _open: dict[str, int] = {"streams": 0}
 

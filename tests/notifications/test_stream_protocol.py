@@ -1,0 +1,70 @@
+"""The stream protocol's pure parts, in process: no Redis needed for what they decide.
+
+The heartbeat race is forced, not hoped for: the event is delivered by a timer at exactly the
+heartbeat's deadline, so both fire in the same event-loop pass (whichever runs first, the
+timeout wins and the event stays queued while the hub's position already counts it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from apps.events.hub import Hub, Subscriber
+from apps.events.stream import live
+from apps.events.types import Event, parse_id
+
+
+def _event(event_id: str) -> Event:
+    return Event(id=event_id, kind="broadcast", user_id=None, time=0.0,
+                 data={"message": event_id, "sender": "test"})
+
+
+async def _race(rounds: int) -> list[bytes]:
+    loop = asyncio.get_running_loop()
+    hub = Hub("redis://unused")  # never started: the test plays the subscription's part
+    hub.generation = 1
+    sub = Subscriber(user_id=1, session="s", maxsize=8)
+    hub._all.add(sub)
+    hub._by_user[1] = {sub}
+    stream = live(sub, hub=hub, generation=1, position=(1, 0), heartbeat_s=0.05,
+                  ends_at=loop.time() + 60)
+    frames: list[bytes] = []
+    for i in range(rounds):
+        sub.wake_at = 0.0
+        pending = asyncio.ensure_future(anext(stream))
+        while sub.wake_at == 0.0:  # set just before the stream blocks on its queue
+            await asyncio.sleep(0)
+        # The event arrives at exactly the heartbeat's deadline: the same loop pass.
+        loop.call_at(sub.wake_at, hub._dispatch, _event(f"{i + 2}-0"))
+        frames.append(await pending)
+        while not sub.queue.empty():
+            frames.append(await anext(stream))
+    await stream.aclose()
+    return frames
+
+
+def test_a_heartbeat_in_the_same_pass_as_an_event_never_skips_it() -> None:
+    frames = asyncio.run(_race(rounds=20))
+    sent = [f for f in frames if b"event: broadcast" in f]
+    ids = [line.split(b": ", 1)[1].decode() for f in sent for line in f.split(b"\n")
+           if line.startswith(b"id: ")]
+    assert ids == [f"{i + 2}-0" for i in range(20)], f"skipped: {frames!r}"
+    # Every heartbeat happened with the event still queued, so none moved the cursor.
+    assert all(b"id:" not in f for f in frames if b"heartbeat" in f)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=80) | st.from_regex(r"[0-9]{1,6000}-[0-9]{1,30}", fullmatch=True))
+def test_any_cursor_parses_or_is_refused_never_raises(raw: str) -> None:
+    sid = parse_id(raw)
+    assert sid is None or (0 <= sid[0] < 2**64 and 0 <= sid[1] < 2**64)
+
+
+def test_the_cursors_of_the_issue_are_refused() -> None:
+    assert parse_id("²-0") is None
+    assert parse_id("1" * 5000 + "-0") is None
+    assert parse_id("18446744073709551616-0") is None  # 2**64: beyond Redis's ids
+    assert parse_id(" 1700000000000-3 ") == (1700000000000, 3)
