@@ -31,6 +31,7 @@ WORKERS_KEY = "platform:events:workers"  # pid -> {"connections", "at"}: ops sta
 PING_INTERVAL_S = 10.0
 REPORT_INTERVAL_S = 0.5  # the connection count in WORKERS_KEY lags at most this much
 RECONNECT_BACKOFF_S = (0.2, 5.0)
+LOG_CONNECTIONS = 4  # Redis connections per web worker for replay reads
 
 CloseReason = Literal["lost", "behind", "ended"]
 
@@ -219,9 +220,12 @@ def get_hub() -> Hub:
     loop = asyncio.get_running_loop()
     if _hub is None or _hub_loop is not loop:
         _hub, _hub_loop = Hub(settings.REDIS_URL), loop
-        _log_client = aioredis.Redis.from_url(
-            settings.REDIS_URL, decode_responses=True, socket_connect_timeout=5, socket_timeout=10
-        )
+        # A bounded pool: a thousand streams reconnecting at once share a few connections
+        # (each replay read is one short script) instead of opening one socket each.
+        pool = aioredis.BlockingConnectionPool.from_url(
+            settings.REDIS_URL, decode_responses=True, socket_connect_timeout=5,
+            socket_timeout=10, max_connections=LOG_CONNECTIONS, timeout=10)
+        _log_client = aioredis.Redis(connection_pool=pool)
     return _hub
 
 
