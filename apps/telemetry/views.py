@@ -18,6 +18,7 @@ def telemetry_page(request: HttpRequest) -> HttpResponse:
         "rate_hz": settings.TELEMETRY_RATE_HZ,
         "min_rate_hz": settings.TELEMETRY_MIN_RATE_HZ,
         "max_rate_hz": settings.TELEMETRY_MAX_RATE_HZ,
+        "busy_retry_s": settings.TELEMETRY_BUSY_RETRY_S,
     })
 
 
