@@ -125,7 +125,7 @@ async def _serve(scope: Scope, receive: Receive, send: Send, endpoint: Endpoint)
     if not host or not validate_host(host, settings.ALLOWED_HOSTS):
         await _respond_json(send, 400, {"error": "Bad Host header."})
         return
-    if scope["method"] not in ("GET", "HEAD"):
+    if scope["method"] != "GET":
         await _respond_json(send, 405, {"error": "Streams are read with GET."}, {"Allow": "GET"})
         return
     session_key = parse_cookie(headers.get("cookie", "")).get(settings.SESSION_COOKIE_NAME, "")

@@ -1,6 +1,6 @@
 """Publish-to-browser latency and sustained event rate of the live-event fan-out.
 
-    .venv/bin/python loadtests/sse_fanout.py [--clients 1000] [--rates 5,10,20,40,80,120,160]
+    .venv/bin/python loadtests/sse_fanout.py [--clients 1000] [--rates 5,10,20,40,80,160,320]
         [--seconds 5] [--client-processes 3] [--burners 2 --name sse_fanout_busy]
 
 1,000 concurrent SSE connections (bare asyncio protocols, in several client processes, so the
@@ -188,9 +188,11 @@ async def measure_system(name: str, url: str, headers: dict[str, str], publish: 
         expected = count * (clients - errors)
         started = time.monotonic()
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, __file__, *publish, str(rate), str(count), cwd=ROOT, env=env)
-        await proc.wait()
-        publish_s = time.monotonic() - started
+            sys.executable, __file__, *publish, str(rate), str(count), cwd=ROOT, env=env,
+            stdout=asyncio.subprocess.PIPE)
+        out, _ = await proc.communicate()
+        # From the first publish to the last done (the publisher's own start-up excluded).
+        publish_s = json.loads(out.decode().strip().splitlines()[-1])["seconds"]
         deadline = time.monotonic() + DRAIN_S
         received = 0
         while time.monotonic() < deadline:
@@ -204,11 +206,13 @@ async def measure_system(name: str, url: str, headers: dict[str, str], publish: 
         received = sum(r["received"] for r in answers)
         lat = summary(latencies)
         phase = {"rate": rate, "events": count, "expected": expected,
+                 "offered_per_s": count / publish_s,
                  "delivered": received, "delivered_per_s": received / elapsed,
                  "publish_s": publish_s, "p50_ms": lat["p50"] * 1000,
                  "p99_ms": lat["p99"] * 1000, "max_ms": lat["max"] * 1000}
         phases.append(phase)
-        progress(f"{name}: {rate:g} ev/s -> delivered {received}/{expected}, "
+        progress(f"{name}: {rate:g} ev/s (offered {count / publish_s:.1f}) -> "
+                 f"delivered {received}/{expected}, "
                  f"p50 {phase['p50_ms']:.1f} ms, p99 {phase['p99_ms']:.1f} ms, "
                  f"max {phase['max_ms']:.1f} ms")
         if received < expected * 0.999 or phase["p99_ms"] > 2000:
@@ -216,27 +220,44 @@ async def measure_system(name: str, url: str, headers: dict[str, str], publish: 
             break
     await fleet.quit()
     # The highest rate up to which every phase delivered everything with p99 within 1 s.
+    # Judged on the offered rate (events / publishing time), not the asked one: on a loaded
+    # machine the publisher may fall short of the rate it was asked for.
     sustained = 0.0
     for p in phases:
         if p["delivered"] < p["expected"] * 0.999 or p["p99_ms"] > 1000:
             break
-        sustained = p["rate"]
+        sustained = round(p["offered_per_s"], 1)
     return {"system": name, "clients": clients, "per_worker": dict(workers),
             "connect_errors": errors, "phases": phases, "client_processes": processes,
             "sustained_events_per_s": sustained}
 
 
 # --- publishers (run as child processes, so they do not share the clients' CPU time) -------
+PUBLISHERS = 4  # concurrent publishes: one slow (fsynced, loaded) publish must not pace the rest
+
+
 def publish_product(rate: float, count: int) -> None:
+    """``count`` broadcasts at ``rate`` on an absolute schedule, several in flight at once, so
+    the offered rate is the asked one unless Redis itself cannot keep up."""
+    from concurrent.futures import ThreadPoolExecutor
+
     import django
 
     django.setup()
     from apps.events.bus import publish_event
 
-    for i in range(count):
+    def one(i: int) -> None:
         publish_event(kind="broadcast", user_id=None,
                       data={"s": time.time(), "n": i, "message": "bench", "sender": "bench"})
-        time.sleep(1 / rate)  # pacing of the load
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(PUBLISHERS) as pool:
+        for i in range(count):
+            delay = started + i / rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)  # pacing of the load
+            pool.submit(one, i)
+    print(json.dumps({"seconds": time.monotonic() - started}), flush=True)
 
 
 def publish_channels(rate: float, count: int) -> None:
@@ -244,11 +265,23 @@ def publish_channels(rate: float, count: int) -> None:
 
     async def run() -> None:
         layer = get_channel_layer()
+        limit = asyncio.Semaphore(PUBLISHERS)
+
+        async def one(i: int) -> None:
+            async with limit:
+                body = json.dumps({"s": time.time(), "n": i, "message": "bench"})
+                await layer.group_send("bench", {"type": "bench.event",
+                                                 "frame": f"event: broadcast\ndata: {body}\n\n"})
+
+        started = time.monotonic()
+        sends = []
         for i in range(count):
-            body = json.dumps({"s": time.time(), "n": i, "message": "bench"})
-            await layer.group_send("bench", {"type": "bench.event",
-                                             "frame": f"event: broadcast\ndata: {body}\n\n"})
-            await asyncio.sleep(1 / rate)
+            delay = started + i / rate - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)  # pacing of the load
+            sends.append(asyncio.create_task(one(i)))
+        await asyncio.gather(*sends)
+        print(json.dumps({"seconds": time.monotonic() - started}), flush=True)
 
     asyncio.run(run())
 
@@ -258,16 +291,17 @@ def plot(results: list[dict[str, Any]], name: str, burners: int) -> Path:
     fig, (left, right) = new_figure(
         f"SSE fan-out, {results[0]['clients']:,} connections over 2 web workers{busy}", ncols=2)
     for res in results:
-        rates = [p["rate"] for p in res["phases"]]
+        rates = [p["offered_per_s"] for p in res["phases"]]
         left.plot(rates, [p["p50_ms"] for p in res["phases"]], marker="o",
                   label=f"{res['system']} p50")
         left.plot(rates, [p["p99_ms"] for p in res["phases"]], marker="x", linestyle="--",
                   label=f"{res['system']} p99")
         right.plot(rates, [p["delivered_per_s"] for p in res["phases"]], marker="o",
                    label=res["system"])
-    left.set(xlabel="events published per second", ylabel="publish-to-client latency (ms)",
-             yscale="log")
-    right.set(xlabel="events published per second", ylabel="deliveries per second (all clients)")
+    left.set(xlabel="events published per second (offered)",
+             ylabel="publish-to-client latency (ms)", yscale="log")
+    right.set(xlabel="events published per second (offered)",
+              ylabel="deliveries per second (all clients)")
     left.legend(fontsize=8)
     right.legend(fontsize=8)
     return save_figure(fig, name)
@@ -276,7 +310,7 @@ def plot(results: list[dict[str, Any]], name: str, burners: int) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=1000)
-    parser.add_argument("--rates", default="5,10,20,40,80,120,160",
+    parser.add_argument("--rates", default="5,10,20,40,80,160,320",
                         help="events/s, one phase each")
     parser.add_argument("--client-processes", type=int, default=3,
                         help="processes sharing the SSE clients (so they are not the limit)")
@@ -344,7 +378,8 @@ def main() -> None:
         print(f"{res['system']}: {res['clients']} connections {res['per_worker']}, "
               f"sustained {res['sustained_events_per_s']:g} events/s")
         for p in res["phases"]:
-            print(f"  {p['rate']:>5g} ev/s: delivered {p['delivered']}/{p['expected']} "
+            print(f"  {p['rate']:>5g} ev/s (offered {p['offered_per_s']:.1f}): "
+                  f"delivered {p['delivered']}/{p['expected']} "
                   f"({p['delivered_per_s']:.0f}/s), latency p50 {p['p50_ms']:.1f} ms, "
                   f"p99 {p['p99_ms']:.1f} ms, max {p['max_ms']:.1f} ms")
     print(f"\nwrote {path} and {png}")
