@@ -52,6 +52,7 @@ class StreamRequest:
     query: QueryDict
     headers: dict[str, str]  # lower-case names, latin-1 values (as ASGI delivers them)
     loop_ends_at: float  # the stream must end by then (event-loop clock): session expiry
+    loop_auth_started: float  # when its authentication began (event-loop clock)
 
 
 class StreamRefused(Exception):
@@ -131,6 +132,7 @@ async def _serve(scope: Scope, receive: Receive, send: Send, endpoint: Endpoint)
     session_key = parse_cookie(headers.get("cookie", "")).get(settings.SESSION_COOKIE_NAME, "")
     user = None
     loop = asyncio.get_running_loop()
+    auth_started = loop.time()
     if session_key and len(session_key) <= 64 and session_key.isascii():
         try:
             user = await loop.run_in_executor(_auth_pool(), _session_user, session_key)
@@ -145,7 +147,7 @@ async def _serve(scope: Scope, receive: Receive, send: Send, endpoint: Endpoint)
         return
     ends_at = loop.time() + min(user.expires_at - time.time(), settings.STREAMS_MAX_LIFE_S)
     request = StreamRequest(
-        user=user, headers=headers, loop_ends_at=ends_at,
+        user=user, headers=headers, loop_ends_at=ends_at, loop_auth_started=auth_started,
         query=QueryDict(scope.get("query_string", b""), encoding="utf-8"))
     try:
         chunks = await endpoint(request)

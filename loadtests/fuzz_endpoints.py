@@ -62,12 +62,19 @@ def main() -> None:
                      f"{dict(sorted(t.statuses.items()))}, 500s {len(t.server_errors)}, "
                      f"changed by a refusal {len(t.changed_by_refusal)}")
 
+        def tick(name: str) -> None:
+            t = tallies[name]
+            if t.cases % 250 == 0:
+                progress(f"{name}: {t.cases} cases, 500s {len(t.server_errors)}, "
+                         f"changed by a refusal {len(t.changed_by_refusal)}")
+
         tallies["json_api"] = Tally()
 
         @run
         @given(json_bodies())
         def json_api(case: tuple[str, bytes]) -> None:
             post_json(stack, client, tallies["json_api"], *case)
+            tick("json_api")
 
         tallies["upload_form"] = Tally()
 
@@ -75,6 +82,7 @@ def main() -> None:
         @given(uploads())
         def upload_form(form: dict) -> None:
             post_upload(stack, client, tallies["upload_form"], form)
+            tick("upload_form")
 
         tallies["stream_params"] = Tally()
 
@@ -83,6 +91,7 @@ def main() -> None:
                CURSORS | st.sampled_from(["25", "0", "nan", "-1", "1e309", "50.0000001"]))
         def stream_params(where: str, value: str) -> None:
             stream_case(stack, client, tallies["stream_params"], where, value)
+            tick("stream_params")
 
         target("json_api", json_api)
         target("upload_form", upload_form)

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import time
+from collections import deque
 from typing import Literal
 
 import redis.asyncio as aioredis
@@ -32,6 +33,9 @@ PING_INTERVAL_S = 10.0
 REPORT_INTERVAL_S = 0.5  # the connection count in WORKERS_KEY lags at most this much
 RECONNECT_BACKOFF_S = (0.2, 5.0)
 LOG_CONNECTIONS = 4  # Redis connections per web worker for replay reads
+# How long a session end is remembered for streams still authenticating: longer than an
+# authentication can wait in the pool during a reconnect storm (10,000 streams, 2 threads).
+ENDED_MEMORY_S = 60.0
 
 CloseReason = Literal["lost", "behind", "ended"]
 
@@ -43,11 +47,15 @@ class BusUnavailable(Exception):
 class Subscriber:
     """One client connection: a bounded queue the hub fills and the connection drains."""
 
-    __slots__ = ("user_id", "session", "queue", "closed", "wake_at")
+    __slots__ = ("user_id", "session", "since", "queue", "closed", "wake_at")
 
-    def __init__(self, *, user_id: int, session: str = "", maxsize: int) -> None:
+    def __init__(self, *, user_id: int, session: str = "", maxsize: int,
+                 since: float = float("inf")) -> None:
         self.user_id = user_id
         self.session = session  # a hash naming the login (apps.events.sessions)
+        # When its authentication started (event-loop clock): a session ended after that may
+        # not have been seen by the authentication's read.
+        self.since = since
         self.wake_at = 0.0  # when the stream's current wait times out (event-loop clock)
         # None in the queue only wakes the reader up to look at ``closed``.
         self.queue: asyncio.Queue[Event | None] = asyncio.Queue(maxsize=maxsize)
@@ -74,6 +82,9 @@ class Hub:
         self._task: asyncio.Task[None] | None = None
         self._reported_at = 0.0
         self._dirty = True
+        # Recent session ends (loop time, user, session or None for all), for a stream that
+        # authenticated just before one and attaches just after it.
+        self._ended: deque[tuple[float, int, str | None]] = deque()
 
     @property
     def connections(self) -> int:
@@ -90,6 +101,9 @@ class Hub:
         self._all.add(sub)
         self._by_user.setdefault(sub.user_id, set()).add(sub)
         self._dirty = True
+        for at, user_id, session in self._ended:
+            if at >= sub.since and user_id == sub.user_id and session in (None, sub.session):
+                sub.close("ended")  # its authentication may have read the state before the end
         return self.generation
 
     def detach(self, sub: Subscriber) -> None:
@@ -122,6 +136,10 @@ class Hub:
         except (ValueError, KeyError, TypeError):
             log.error("dropping a malformed control message: %.200r", raw)
             return
+        now = asyncio.get_running_loop().time()
+        self._ended.append((now, user_id, session))
+        while self._ended and self._ended[0][0] < now - ENDED_MEMORY_S:
+            self._ended.popleft()
         for sub in list(self._by_user.get(user_id, ())):
             if session is None or sub.session == session:
                 self.detach(sub)

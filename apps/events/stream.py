@@ -37,7 +37,7 @@ def resync_frame(reason: str, *, id: str | None = None) -> bytes:
 
 
 async def event_stream(*, user_id: int, session: str, cursor: str | None,
-                       ends_at: float) -> AsyncIterator[bytes]:
+                       ends_at: float, since: float) -> AsyncIterator[bytes]:
     """The stream for ``user_id``; ``cursor`` is the last event id the client holds.
 
     ``session`` names the login the stream belongs to (a hash, never the key itself): ending
@@ -48,7 +48,8 @@ async def event_stream(*, user_id: int, session: str, cursor: str | None,
     id, or is older than the log (or newer than it: a reset log).
     """
     hub = get_hub()
-    sub = Subscriber(user_id=user_id, session=session, maxsize=settings.EVENTS_CLIENT_QUEUE)
+    sub = Subscriber(user_id=user_id, session=session, maxsize=settings.EVENTS_CLIENT_QUEUE,
+                     since=since)
     try:
         yield frame(comment=f"worker {os.getpid()}", retry=settings.EVENTS_RETRY_MS)
         try:

@@ -24,4 +24,5 @@ async def notifications_stream(request: StreamRequest) -> AsyncIterator[bytes]:
     if cursor is not None:
         cursor = cursor[:CURSOR_MAX_CHARS + 1]  # anything longer parses as "not an id"
     return event_stream(user_id=request.user.id, session=session_hash(request.user.session_key),
-                        cursor=cursor, ends_at=request.loop_ends_at)
+                        cursor=cursor, ends_at=request.loop_ends_at,
+                        since=request.loop_auth_started)

@@ -68,3 +68,28 @@ def test_the_cursors_of_the_issue_are_refused() -> None:
     assert parse_id("1" * 5000 + "-0") is None
     assert parse_id("18446744073709551616-0") is None  # 2**64: beyond Redis's ids
     assert parse_id(" 1700000000000-3 ") == (1700000000000, 3)
+
+
+async def _attach_around_an_end() -> tuple[str | None, str | None, str | None]:
+    loop = asyncio.get_running_loop()
+    hub = Hub("redis://unused")
+    hub._task = asyncio.ensure_future(asyncio.sleep(3600))  # the subscription, played here
+    hub._ready.set()
+    authenticating = loop.time()  # its session read happens now, before the end is committed
+    hub._end_sessions('{"user": 1, "session": "s"}')
+    late = Subscriber(user_id=1, session="s", maxsize=8, since=authenticating)
+    other_login = Subscriber(user_id=1, session="t", maxsize=8, since=authenticating)
+    after = Subscriber(user_id=1, session="s", maxsize=8, since=loop.time() + 1)
+    for sub in (late, other_login, after):
+        await hub.attach(sub, timeout=1)
+    hub._task.cancel()
+    return late.closed, other_login.closed, after.closed
+
+
+def test_a_stream_authenticated_just_before_its_session_ended_is_closed_on_attach() -> None:
+    # The end reached the hub between the stream's session read and its attach: without the
+    # hub's memory of recent ends it would stream until its next re-authentication.
+    late, other_login, after = asyncio.run(_attach_around_an_end())
+    assert late == "ended"
+    assert other_login is None  # another session of the same user is not affected
+    assert after is None  # authenticated after the end: its read saw the ended session
