@@ -20,7 +20,7 @@ from tests.notifications.fuzzing import (
 
 pytestmark = pytest.mark.processes
 
-FAST = settings(max_examples=120, deadline=None, derandomize=True, database=None,
+FAST = settings(max_examples=90, deadline=None, derandomize=True, database=None,
                 suppress_health_check=list(HealthCheck))
 
 

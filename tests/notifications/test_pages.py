@@ -2,7 +2,8 @@
 them: the login card centred, a favicon, one time format (the viewer's local time with its
 zone), table columns that do not move when a state changes, notifications grouped per
 document in plain sentences, report runs appearing live on the Reports page, a live indicator
-that says when the session has ended, and the telemetry chart's axes and legend drawn.
+that says when the stream is reconnecting and when the session has ended, and the telemetry
+chart's axes and legend drawn.
 
 Screenshots go to the test's temporary directory (printed in the measurements) so a person can
 look at them; the assertions are what the test guarantees.
@@ -11,6 +12,7 @@ look at them; the assertions are what the test guarantees.
 from __future__ import annotations
 
 import re
+import signal
 from pathlib import Path
 
 import pytest
@@ -116,6 +118,16 @@ def test_every_page_renders_well_and_updates_live(make_stack, browser, tmp_path,
     shot(page, shots, "06-telemetry")
     page.goto(web.base + "/usage/")
     shot(page, shots, "07-usage")
+
+    # A lost stream shows "reconnecting", then "live" again (Redis killed and restarted: every
+    # worker's subscription drops, every stream is told to resync and reconnects).
+    notes.evaluate("""() => { window.liveStates = [];
+      new MutationObserver(() => window.liveStates.push(document.body.getAttribute('data-live')))
+        .observe(document.body, {attributes: true, attributeFilter: ['data-live']}); }""")
+    stack.redis.kill(signal.SIGKILL)
+    stack.redis.restart()
+    notes.wait_for_function("window.liveStates.includes('reconnecting') && "
+                            "document.body.getAttribute('data-live') === 'live'", timeout=30_000)
 
     # Logging out in one tab ends the other tab's stream, and its indicator says so.
     page.goto(web.base + "/documents/")
