@@ -8,6 +8,7 @@ and the page waits that long and tries again (any worker may have room by then).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 from django.conf import settings
@@ -30,9 +31,13 @@ async def telemetry_stream_endpoint(request: StreamRequest) -> AsyncIterator[byt
         raise StreamRefused(
             503, "The live chart is at capacity on this server; retrying shortly.",
             headers={"Retry-After": str(settings.TELEMETRY_BUSY_RETRY_S)})
+    # Ends by the session's expiry too; the reconnect authenticates again. Telemetry stays off
+    # the bus (adr/0010), so a logout reaches it only through this bound (adr/0018).
+    remaining = request.loop_ends_at - asyncio.get_running_loop().time()
     _open["streams"] += 1
-    return _counted(telemetry_stream(rate_hz=rate, max_seconds=settings.TELEMETRY_STREAM_MAX_S,
-                                     retry_ms=settings.TELEMETRY_RETRY_MS))
+    return _counted(telemetry_stream(
+        rate_hz=rate, max_seconds=max(0.0, min(settings.TELEMETRY_STREAM_MAX_S, remaining)),
+        retry_ms=settings.TELEMETRY_RETRY_MS))
 
 
 async def _counted(stream: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
