@@ -317,6 +317,8 @@ def main() -> None:
     parser.add_argument("--burners", type=int, default=0,
                         help="CPU-burning processes beside the run (a busy machine)")
     parser.add_argument("--name", default="sse_fanout", help="results file name")
+    parser.add_argument("--http", default="auto", choices=["auto", "httptools", "h11"],
+                        help="uvicorn's HTTP implementation, for both systems")
     parser.add_argument("--seconds", type=float, default=5.0, help="length of each phase")
     parser.add_argument("--skip-channels", action="store_true")
     args = parser.parse_args()
@@ -335,7 +337,7 @@ def main() -> None:
     burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
                for _ in range(args.burners)]
     try:
-        web = stack.start_web(workers=2)
+        web = stack.start_web(workers=2, uvicorn_args=("--http", args.http))
         cookie = "; ".join(f"{k}={v}" for k, v in web.session().http.cookies.items())
         results.append(asyncio.run(measure_system(
             "event bus (this product)", web.base + "/api/notifications/stream/",
@@ -349,6 +351,7 @@ def main() -> None:
             proc = spawn(f"channels-{port}", [
                 str(BIN / "uvicorn"), "loadtests.channels_ref.asgi:application", "--host",
                 "127.0.0.1", "--port", str(port), "--workers", "2", "--no-access-log",
+                "--http", args.http,
             ], env=env, log_dir=stack.log_dir)
             stack.procs.append(proc)
             import socket
@@ -369,7 +372,7 @@ def main() -> None:
         ratio = results[0]["sustained_events_per_s"] / results[1]["sustained_events_per_s"]
     path = save_json(args.name, {
         "clients": args.clients, "seconds": args.seconds, "cpus": os.cpu_count(),
-        "burners": args.burners, "client_processes": args.client_processes,
+        "burners": args.burners, "client_processes": args.client_processes, "http": args.http,
         "machine": "2 cores, shared with other engineers' test runs (loaded)",
         "sustained_ratio_bus_over_channels": ratio, "results": results})
     png = plot(results, args.name, args.burners)
