@@ -41,6 +41,9 @@ REGISTRY: list[Classified] = [
     Classified("apps/events/stream.py", "event_stream", C.BROADCAST,
                "one browser's stream: attached to this worker's hub (one subscription per "
                "process), replayed from the Redis log after Last-Event-ID on reconnect"),
+    Classified("apps/events/stream.py", "session_watch", C.BROADCAST,
+               "one connection's watch for its session's end: a subscriber on the hub that "
+               "hears only the control channel's session ends (adr/0018, adr/0019)"),
     Classified("apps/events/stream.py", "live", C.BROADCAST,
                "the live part of event_stream: this connection's bounded queue, fed by the hub"),
     Classified("apps/stream_front.py", "_auth_pool", C.NONE,
@@ -53,8 +56,9 @@ REGISTRY: list[Classified] = [
     Classified("apps/telemetry/stream.py", "telemetry_stream", C.LOCAL_STREAM,
                "sampled per connection in the web worker that serves it; deliberately not on "
                "the bus (adr/0010); any number of web workers serve it unchanged"),
-    Classified("apps/telemetry/streams.py", "_counted", C.LOCAL_STREAM,
-               "wraps one telemetry stream to keep this worker's count of open streams"),
+    Classified("apps/telemetry/streams.py", "_watched", C.LOCAL_STREAM,
+               "wraps one telemetry stream to keep this worker's count of open streams and to "
+               "end it with its session (a session watch on the hub; samples stay off the bus)"),
     Classified("apps/telemetry/streams.py", "_open", C.NONE,
                "the telemetry streams this worker serves now: the cap is per worker by "
                "design (each stream costs this worker's CPU), so nothing is shared"),

@@ -15,7 +15,7 @@ import logging
 import os
 import time
 from collections import deque
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import redis.asyncio as aioredis
 from django.conf import settings
@@ -23,7 +23,11 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from .bus import CHANNEL, CONTROL_CHANNEL
+from .frames import event_chunk
 from .types import Event, StreamId, decode
+
+if TYPE_CHECKING:
+    from apps.stream_front import Wire
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +40,9 @@ LOG_CONNECTIONS = 4  # Redis connections per web worker for replay reads
 # How long a session end is remembered for streams still authenticating: longer than an
 # authentication can wait in the pool during a reconnect storm (10,000 streams, 2 threads).
 ENDED_MEMORY_S = 60.0
+# Messages taken from the subscription in one pass before fanning out: when events arrive
+# faster than the worker fans them out, each connection gets them in one write, not one each.
+BATCH_MAX = 64
 
 CloseReason = Literal["lost", "behind", "ended"]
 
@@ -45,12 +52,24 @@ class BusUnavailable(Exception):
 
 
 class Subscriber:
-    """One client connection: a bounded queue the hub fills and the connection drains."""
+    """One client connection: a bounded queue the hub fills and the connection drains.
 
-    __slots__ = ("user_id", "session", "since", "queue", "closed", "wake_at")
+    While the connection waits idle in its live phase (``idle``, queue empty, socket not
+    backed up), the hub writes an event's pre-framed bytes straight to its ``wire`` instead:
+    no queue put, no task wake-up, no await chain, one write. ``position`` is then the newest
+    event id the client has been sent; the hub advances it and skips anything not newer (the
+    replay may already have sent an event the subscription delivers later).
+
+    A subscriber with ``events=False`` hears only session ends: it is what a stream that is
+    not on the bus (telemetry, adr/0010) attaches to end with its session.
+    """
+
+    __slots__ = ("user_id", "session", "since", "queue", "closed", "wake_at", "events",
+                 "wire", "idle", "position")
 
     def __init__(self, *, user_id: int, session: str = "", maxsize: int,
-                 since: float = float("inf")) -> None:
+                 since: float = float("inf"), events: bool = True,
+                 wire: Wire | None = None) -> None:
         self.user_id = user_id
         self.session = session  # a hash naming the login (apps.events.sessions)
         # When its authentication started (event-loop clock): a session ended after that may
@@ -60,6 +79,10 @@ class Subscriber:
         # None in the queue only wakes the reader up to look at ``closed``.
         self.queue: asyncio.Queue[Event | None] = asyncio.Queue(maxsize=maxsize)
         self.closed: CloseReason | None = None
+        self.events = events
+        self.wire = wire
+        self.idle = False  # set only while the stream awaits its queue with nothing to send
+        self.position: StreamId = (0, 0)
 
     def close(self, reason: CloseReason) -> None:
         if self.closed is None:
@@ -78,6 +101,8 @@ class Hub:
         self.position: StreamId | None = None
         self._by_user: dict[int, set[Subscriber]] = {}
         self._all: set[Subscriber] = set()
+        # Streams that hear session ends only (events=False), by user.
+        self._watchers: dict[int, set[Subscriber]] = {}
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._reported_at = 0.0
@@ -98,15 +123,23 @@ class Hub:
             await asyncio.wait_for(self._ready.wait(), timeout)
         except TimeoutError as exc:
             raise BusUnavailable("no live subscription to the event bus") from exc
-        self._all.add(sub)
-        self._by_user.setdefault(sub.user_id, set()).add(sub)
-        self._dirty = True
+        if sub.events:
+            self._all.add(sub)
+            self._by_user.setdefault(sub.user_id, set()).add(sub)
+            self._dirty = True
+        else:
+            self._watchers.setdefault(sub.user_id, set()).add(sub)
         for at, user_id, session in self._ended:
             if at >= sub.since and user_id == sub.user_id and session in (None, sub.session):
                 sub.close("ended")  # its authentication may have read the state before the end
         return self.generation
 
     def detach(self, sub: Subscriber) -> None:
+        watchers = self._watchers.get(sub.user_id)
+        if watchers is not None and sub in watchers:
+            watchers.discard(sub)
+            if not watchers:
+                del self._watchers[sub.user_id]
         if sub in self._all:
             self._all.discard(sub)
             peers = self._by_user.get(sub.user_id)
@@ -116,17 +149,50 @@ class Hub:
                     del self._by_user[sub.user_id]
             self._dirty = True
 
-    def _dispatch(self, event: Event) -> None:
-        targets = self._all if event.user_id is None else self._by_user.get(event.user_id, ())
+    def _dispatch(self, events: list[Event]) -> None:
+        """Hand ``events`` (in log order) to every connection they are for.
+
+        An idle connection gets them written to its socket at once, in one write; one that is
+        busy (sending, or with a queue to drain, or whose socket is backed up) gets them queued,
+        so the order on its wire stays the log's order.
+        """
+        if all(e.user_id is None for e in events):
+            targets, mixed = self._all, False
+        elif len(events) == 1:
+            targets, mixed = self._by_user.get(events[0].user_id, set()), False
+        else:
+            targets, mixed = self._all, True  # several addressees: filter per connection
+        whole: bytes | None = None  # the batch's bytes, shared by connections that need all
+        first, last = events[0].sid, events[-1].sid
         for sub in list(targets):
-            try:
-                sub.queue.put_nowait(event)
-            except asyncio.QueueFull:
-                # Too far behind: cut it off instead of buffering without bound. The client
-                # reconnects with Last-Event-ID and catches up from the log.
-                self.detach(sub)
-                sub.close("behind")
-        self.position = event.sid
+            mine = events
+            if mixed:
+                mine = [e for e in events if e.user_id is None or e.user_id == sub.user_id]
+                if not mine:
+                    continue
+            wire = sub.wire
+            if (wire is not None and sub.idle and sub.closed is None and sub.queue.empty()
+                    and wire.writable()):
+                if sub.position >= mine[-1].sid:
+                    continue  # the replay sent these already
+                if mine is events and sub.position < first:
+                    if whole is None:
+                        whole = b"".join([event_chunk(e) for e in events])
+                    wire.write(whole)
+                else:
+                    wire.write(b"".join([event_chunk(e) for e in mine if e.sid > sub.position]))
+                sub.position = mine[-1].sid
+                continue
+            for event in mine:
+                try:
+                    sub.queue.put_nowait(event)
+                except asyncio.QueueFull:
+                    # Too far behind: cut it off instead of buffering without bound. The
+                    # client reconnects with Last-Event-ID and catches up from the log.
+                    self.detach(sub)
+                    sub.close("behind")
+                    break
+        self.position = last
 
     def _end_sessions(self, raw: str) -> None:
         """Close the streams of a user whose login ended or whose credentials changed."""
@@ -140,7 +206,8 @@ class Hub:
         self._ended.append((now, user_id, session))
         while self._ended and self._ended[0][0] < now - ENDED_MEMORY_S:
             self._ended.popleft()
-        for sub in list(self._by_user.get(user_id, ())):
+        streams = [*self._by_user.get(user_id, ()), *self._watchers.get(user_id, ())]
+        for sub in streams:
             if session is None or sub.session == session:
                 self.detach(sub)
                 sub.close("ended")
@@ -148,7 +215,8 @@ class Hub:
     def _lose_all(self) -> None:
         self._ready.clear()
         self.position = None
-        for sub in list(self._all):
+        watchers = [sub for subs in self._watchers.values() for sub in subs]
+        for sub in [*self._all, *watchers]:
             self.detach(sub)
             sub.close("lost")
 
@@ -193,11 +261,17 @@ class Hub:
                 now = time.monotonic()
                 if message is not None:
                     pinged, heard_at = False, now
-                    if message["type"] == "message":
-                        if message["channel"] == CONTROL_CHANNEL:
-                            self._end_sessions(message["data"])
-                        else:
-                            self._receive(message["data"])
+                    # Whatever else has already arrived goes out in the same pass.
+                    batch: list[Event] = []
+                    for _ in range(BATCH_MAX):
+                        self._take(message, batch)
+                        message = await pubsub.get_message(timeout=0)
+                        if message is None:
+                            break
+                    if message is not None:
+                        self._take(message, batch)
+                    if batch:
+                        self._dispatch(batch)
                 elif now - heard_at > PING_INTERVAL_S:
                     if pinged:
                         raise ConnectionError("no answer to PING on the subscription")
@@ -208,14 +282,27 @@ class Hub:
             await pubsub.aclose()
             await client.aclose()
 
-    def _receive(self, raw: str) -> None:
+    def _take(self, message: dict[str, Any], batch: list[Event]) -> None:
+        """Add an event message to ``batch``; act on a control message, in order."""
+        if message["type"] != "message":
+            return
+        if message["channel"] == CONTROL_CHANNEL:
+            if batch:  # the events published before it go out first
+                self._dispatch(batch)
+                batch.clear()
+            self._end_sessions(message["data"])
+            return
+        event = self._receive(message["data"])
+        if event is not None:
+            batch.append(event)
+
+    def _receive(self, raw: str) -> Event | None:
         event_id, _, body = raw.partition("\n")
         try:
-            event = decode(event_id, body)
+            return decode(event_id, body)
         except (ValueError, KeyError, TypeError):
             log.error("dropping a malformed event on %s: %.200r", CHANNEL, raw)
-            return
-        self._dispatch(event)
+            return None
 
     async def _report(self, client: aioredis.Redis) -> None:
         now = time.monotonic()

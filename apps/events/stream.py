@@ -13,23 +13,21 @@ import asyncio
 import json
 import os
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 import redis
 from django.conf import settings
 
 from apps.sse import frame
 
+from .frames import event_frame
 from .hub import BusUnavailable, Hub, Subscriber, get_hub, log_client
 from .replay import LogGap, log_after, log_tail
-from .types import Event, StreamId, format_id, parse_id
+from .types import StreamId, format_id, parse_id
 
-
-def event_frame(event: Event) -> bytes:
-    cached = event.memo.get("sse")
-    if cached is None:  # built once per event and process, shared by every connection
-        cached = event.memo["sse"] = frame(
-            id=event.id, event=event.kind, data=json.dumps(event.public(), separators=(",", ":")))
-    return cached
+if TYPE_CHECKING:
+    from apps.stream_front import Wire
 
 
 def resync_frame(reason: str, *, id: str | None = None) -> bytes:
@@ -37,7 +35,8 @@ def resync_frame(reason: str, *, id: str | None = None) -> bytes:
 
 
 async def event_stream(*, user_id: int, session: str, cursor: str | None,
-                       ends_at: float, since: float) -> AsyncIterator[bytes]:
+                       ends_at: float, since: float, wire: Wire | None = None
+                       ) -> AsyncIterator[bytes]:
     """The stream for ``user_id``; ``cursor`` is the last event id the client holds.
 
     ``session`` names the login the stream belongs to (a hash, never the key itself): ending
@@ -45,11 +44,13 @@ async def event_stream(*, user_id: int, session: str, cursor: str | None,
     (``apps.events.sessions``). It also ends at ``ends_at`` (the event loop's clock): the
     session's expiry, or the longest life a stream gets before it must authenticate again.
     Any cursor gets a defined answer: the events after it, or ``resync`` when it is not an
-    id, or is older than the log (or newer than it: a reset log).
+    id, or is older than the log (or newer than it: a reset log). With a ``wire`` (the
+    connection's socket, from the front), the hub writes live events straight to it while the
+    stream is idle; every frame this generator yields still goes through the caller, in order.
     """
     hub = get_hub()
     sub = Subscriber(user_id=user_id, session=session, maxsize=settings.EVENTS_CLIENT_QUEUE,
-                     since=since)
+                     since=since, wire=wire)
     try:
         yield frame(comment=f"worker {os.getpid()}", retry=settings.EVENTS_RETRY_MS)
         try:
@@ -104,10 +105,22 @@ async def live(sub: Subscriber, *, hub: Hub, generation: int, position: StreamId
             yield frame(comment="session check: reconnect to continue")
             return
         sub.wake_at = min(loop.time() + heartbeat_s, ends_at)
+        # Everything yielded so far has been handed to the socket (this generator resumes
+        # only after the caller's send): from here until the wait ends, the hub may write
+        # events newer than ``position`` straight to the wire and advance sub.position.
+        sub.position = position
+        sub.idle = True
+        timed_out, event = False, None
         try:
             async with asyncio.timeout_at(sub.wake_at):
                 event = await sub.queue.get()
         except TimeoutError:
+            timed_out = True
+        finally:
+            sub.idle = False
+            if sub.position > position:  # the hub wrote events to the wire meanwhile
+                position = announced = sub.position
+        if timed_out:
             if loop.time() >= ends_at:
                 continue
             # Idle. The heartbeat may move the client's cursor to the hub's position only if
@@ -137,3 +150,28 @@ async def live(sub: Subscriber, *, hub: Hub, generation: int, position: StreamId
                 position = more.sid
         announced = position
         yield chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+@asynccontextmanager
+async def session_watch(*, user_id: int, session: str, since: float
+                        ) -> AsyncIterator[Subscriber | None]:
+    """Hear the end of ``session`` (or of the user's credentials) for a stream not on the bus.
+
+    The watch rides on the worker's one existing subscription (the hub's control channel):
+    nothing is published and no event is delivered to it. It yields a ``Subscriber`` whose
+    ``closed`` is set, and whose queue is woken, when the session ends or the subscription is
+    lost (an end may have gone unheard: the stream should end and authenticate again). It
+    yields None when the bus is unavailable within ``EVENTS_ATTACH_TIMEOUT_S``; the caller
+    then bounds the stream's life by other means.
+    """
+    hub = get_hub()
+    sub = Subscriber(user_id=user_id, session=session, maxsize=1, since=since, events=False)
+    try:
+        try:
+            await hub.attach(sub, timeout=settings.EVENTS_ATTACH_TIMEOUT_S)
+        except BusUnavailable:
+            yield None
+            return
+        yield sub
+    finally:
+        hub.detach(sub)

@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator
 
 from django.conf import settings
 
+from apps.events.sessions import session_hash
+from apps.events.stream import session_watch
 from apps.stream_front import StreamRefused, StreamRequest
 
 from .inputs import StreamParamError, rate_from_query
@@ -31,22 +33,35 @@ async def telemetry_stream_endpoint(request: StreamRequest) -> AsyncIterator[byt
         raise StreamRefused(
             503, "The live chart is at capacity on this server; retrying shortly.",
             headers={"Retry-After": str(settings.TELEMETRY_BUSY_RETRY_S)})
-    # Ends by the session's expiry too; the reconnect authenticates again. Telemetry stays off
-    # the bus (adr/0010), so a logout reaches it only through this bound (adr/0018).
+    # Ends by the session's expiry too; the reconnect authenticates again.
     remaining = request.loop_ends_at - asyncio.get_running_loop().time()
     _open["streams"] += 1
-    return _counted(telemetry_stream(
-        rate_hz=rate, max_seconds=max(0.0, min(settings.TELEMETRY_STREAM_MAX_S, remaining)),
-        retry_ms=settings.TELEMETRY_RETRY_MS))
+    return _watched(request, rate=rate, max_seconds=max(
+        0.0, min(settings.TELEMETRY_STREAM_MAX_S, remaining)))
 
 
-async def _counted(stream: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+async def _watched(request: StreamRequest, *, rate: float, max_seconds: float
+                   ) -> AsyncIterator[bytes]:
+    """The stream, counted against the cap, ending with its session.
+
+    Samples never touch the bus or Redis (adr/0010); the stream only listens on the worker's
+    existing subscription for its session's end (adr/0019, amendment), like an event stream.
+    """
     try:
-        async for chunk in stream:
-            yield chunk
+        async with session_watch(user_id=request.user.id,
+                                 session=session_hash(request.user.session_key),
+                                 since=request.loop_auth_started) as watch:
+            if watch is None:  # the bus is unreachable: no end would be heard, so end sooner
+                max_seconds = min(max_seconds, settings.TELEMETRY_UNWATCHED_MAX_S)
+            stream = telemetry_stream(rate_hz=rate, max_seconds=max_seconds,
+                                      retry_ms=settings.TELEMETRY_RETRY_MS, watch=watch)
+            try:
+                async for chunk in stream:
+                    yield chunk
+            finally:
+                await stream.aclose()  # type: ignore[attr-defined]
     finally:
         _open["streams"] -= 1
-        await stream.aclose()  # type: ignore[attr-defined]
 
 
 def telemetry_streams_open() -> int:

@@ -183,6 +183,10 @@ TELEMETRY_MAX_RATE_HZ = env_float("TELEMETRY_MAX_RATE_HZ", 50.0)
 # one connection pins one worker, e.g. across a deploy's graceful shutdown.
 TELEMETRY_STREAM_MAX_S = env_float("TELEMETRY_STREAM_MAX_S", 600.0)
 TELEMETRY_RETRY_MS = env_int("TELEMETRY_RETRY_MS", 1000)
+# A stream hears its session's end on the worker's event-bus subscription (control channel
+# only, adr/0019). When the bus is unreachable at its start it cannot, so it ends this soon
+# and authenticates again (a logout then takes effect within this bound).
+TELEMETRY_UNWATCHED_MAX_S = env_float("TELEMETRY_UNWATCHED_MAX_S", 30.0)
 # Telemetry streams one web worker serves at once. Each costs CPU while open: measured 0.23 %
 # of a core at 25 Hz and 0.36 % at 50 Hz, the highest rate a page may ask for
 # (loadtests/telemetry_cap.py, adr/0019). Half a core for telemetry is 137 streams at 50 Hz;
