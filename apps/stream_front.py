@@ -83,6 +83,10 @@ class Wire:
             writer = getattr(getattr(cycle, "conn", None), "_writer", None)
             self._chunked = type(writer).__name__ == "ChunkedWriter"
 
+    @property
+    def chunked(self) -> bool:
+        return self._chunked
+
     def writable(self) -> bool:
         cycle = self._cycle
         return (self._chunked and not cycle.response_complete and not cycle.disconnected

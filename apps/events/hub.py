@@ -310,7 +310,10 @@ class Hub:
         if now - self._reported_at < due:
             return
         self._reported_at, self._dirty = now, False
-        state = {"connections": len(self._all), "generation": self.generation, "at": time.time()}
+        # "direct": streams whose socket this hub may write to (adr/0018); ops and tests.
+        direct = sum(1 for sub in self._all if sub.wire is not None and sub.wire.chunked)
+        state = {"connections": len(self._all), "direct": direct,
+                 "generation": self.generation, "at": time.time()}
         await client.hset(WORKERS_KEY, str(os.getpid()), json.dumps(state))
 
 
