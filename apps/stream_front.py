@@ -243,6 +243,8 @@ async def _stream(receive: Receive, send: Send, chunks: AsyncIterator[bytes],
             wire.started()
         async for chunk in chunks:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            if watcher.done():
+                break  # the client left; its cancellation can be lost in a race, not this
         await send({"type": "http.response.body", "body": b"", "more_body": False})
     except asyncio.CancelledError:
         if not watcher.done():

@@ -119,10 +119,15 @@ class Hub:
         """Start receiving for ``sub``; returns the subscription generation it joined."""
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name="events-hub")
-        try:
-            await asyncio.wait_for(self._ready.wait(), timeout)
-        except TimeoutError as exc:
-            raise BusUnavailable("no live subscription to the event bus") from exc
+        if not self._ready.is_set():
+            # Not wait_for: on Python 3.11 it can swallow the caller's cancellation (the
+            # client left) when the subscription becomes ready in the same loop pass, and the
+            # stream would then run on for a client that is gone.
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._ready.wait()
+            except TimeoutError as exc:
+                raise BusUnavailable("no live subscription to the event bus") from exc
         if sub.events:
             self._all.add(sub)
             self._by_user.setdefault(sub.user_id, set()).add(sub)
