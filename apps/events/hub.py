@@ -183,9 +183,17 @@ class Hub:
                 if mine is events and sub.position < first:
                     if whole is None:
                         whole = b"".join([event_chunk(e) for e in events])
-                    wire.write(whole)
+                    data = whole
                 else:
-                    wire.write(b"".join([event_chunk(e) for e in mine if e.sid > sub.position]))
+                    data = b"".join([event_chunk(e) for e in mine if e.sid > sub.position])
+                try:
+                    wire.write(data)
+                except (OSError, RuntimeError):
+                    # This one socket failed under us: end its stream (the client resyncs),
+                    # never the subscription every other stream depends on.
+                    self.detach(sub)
+                    sub.close("lost")
+                    continue
                 sub.position = mine[-1].sid
                 continue
             for event in mine:
