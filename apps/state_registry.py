@@ -38,11 +38,17 @@ REGISTRY: list[Classified] = [
                "the event loop the hub is bound to: per process by nature"),
     Classified("apps/events/hub.py", "_log_client", C.NONE,
                "an async Redis connection pool per process: a resource, not data"),
-    Classified("apps/notifications/sse.py", "event_stream", C.BROADCAST,
+    Classified("apps/events/stream.py", "event_stream", C.BROADCAST,
                "one browser's stream: attached to this worker's hub (one subscription per "
                "process), replayed from the Redis log after Last-Event-ID on reconnect"),
-    Classified("apps/notifications/sse.py", "_live", C.BROADCAST,
+    Classified("apps/events/stream.py", "session_watch", C.BROADCAST,
+               "one connection's watch for its session's end: a subscriber on the hub that "
+               "hears only the control channel's session ends (adr/0018, adr/0019)"),
+    Classified("apps/events/stream.py", "live", C.BROADCAST,
                "the live part of event_stream: this connection's bounded queue, fed by the hub"),
+    Classified("apps/stream_front.py", "_auth_pool", C.NONE,
+               "a fixed pool of threads per web worker that authenticate new streams: a "
+               "resource, not data; each call closes its database connection"),
     Classified("apps/events/replay.py", "log_after", C.NONE,
                "pages through the Redis replay log for one reconnecting client; holds a "
                "cursor only for the duration of the read"),
@@ -50,6 +56,12 @@ REGISTRY: list[Classified] = [
     Classified("apps/telemetry/stream.py", "telemetry_stream", C.LOCAL_STREAM,
                "sampled per connection in the web worker that serves it; deliberately not on "
                "the bus (adr/0010); any number of web workers serve it unchanged"),
+    Classified("apps/telemetry/streams.py", "_watched", C.LOCAL_STREAM,
+               "wraps one telemetry stream to keep this worker's count of open streams and to "
+               "end it with its session (a session watch on the hub; samples stay off the bus)"),
+    Classified("apps/telemetry/streams.py", "_open", C.NONE,
+               "the telemetry streams this worker serves now: the cap is per worker by "
+               "design (each stream costs this worker's CPU), so nothing is shared"),
     # --- metering: per-user daily usage ----------------------------------------------------
     Classified("apps/metering/backends.py", "counters", C.SHARED_COUNTER,
                "the counts live in one database row per user and day, taken with one atomic "

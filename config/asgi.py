@@ -13,8 +13,12 @@ from apps.ops.limits import BodyLimitMiddleware, too_large_message
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.development")
 
+from apps.stream_front import with_streams  # noqa: E402  (needs the settings loaded above)
+
+# Outermost: the body limit, before anything reads a byte; then SSE streams before Django's
+# handler (adr/0018); then Django.
 application = BodyLimitMiddleware(
-    get_asgi_application(),
+    with_streams(get_asgi_application()),
     max_body_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE,
     message=too_large_message(max_body_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE,
                               max_document_bytes=settings.DOCUMENTS_MAX_BYTES),

@@ -153,7 +153,7 @@ def main() -> None:
                                "web_workers": args.web_workers, "fronts": {}}
     try:
         # direct: uvicorn's own TLS
-        web = stack.start_web(workers=args.web_workers, wait=False, args=(
+        web = stack.start_web(workers=args.web_workers, wait=False, uvicorn_args=(
             *H11, "--ssl-certfile", str(cert), "--ssl-keyfile", str(key)))
         base = web.base.replace("http://", "https://")
         wait_until(lambda: web.proc.log().count("Application startup complete.")
@@ -162,7 +162,7 @@ def main() -> None:
         web.proc.stop()
 
         # nginx in front of plain-HTTP uvicorn
-        web = stack.start_web(workers=args.web_workers, args=H11)
+        web = stack.start_web(workers=args.web_workers, uvicorn_args=H11)
         upstream = int(web.base.rsplit(":", 1)[1])
         port = free_port()
         for sub in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):

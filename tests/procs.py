@@ -225,12 +225,12 @@ class Stack:
         self.procs.append(proc)
         return proc
 
-    def start_web(self, *, workers: int = 2, wait: bool = True, args: tuple[str, ...] = (),
-                  **env: str) -> Web:
+    def start_web(self, *, workers: int = 2, wait: bool = True,
+                  uvicorn_args: tuple[str, ...] = (), **env: str) -> Web:
         port = free_port()
         proc = spawn(f"web-{port}", [
             str(BIN / "uvicorn"), "config.asgi:application", "--host", "127.0.0.1",
-            "--port", str(port), "--workers", str(workers), "--no-access-log", *args,
+            "--port", str(port), "--workers", str(workers), "--no-access-log", *uvicorn_args,
         ], env={**self.env, **env}, log_dir=self.log_dir)
         self.procs.append(proc)
         web = Web(proc=proc, base=f"http://127.0.0.1:{port}")

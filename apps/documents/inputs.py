@@ -65,6 +65,9 @@ def _from_json(body: bytes) -> Submission:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise SubmissionError(400, f"The request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        # json.loads recurses once per nesting level; a few thousand "[" exhaust the stack.
+        raise SubmissionError(400, "The request body is nested too deeply.") from None
     if not isinstance(data, dict):
         raise SubmissionError(400, 'Send a JSON object: {"title": "...", "text": "..."}.')
     title, text = data.get("title", ""), data.get("text")

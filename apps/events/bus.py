@@ -21,6 +21,8 @@ from .types import Event, encode_body
 log = logging.getLogger(__name__)
 
 CHANNEL = "platform:events"
+# Not events: "close this user's streams" (apps.events.sessions), never logged or replayed.
+CONTROL_CHANNEL = "platform:events:control"
 LOG_KEY = "platform:events:log"
 
 # XADD then trim by count and by age (Redis's clock, so every producer agrees), then PUBLISH

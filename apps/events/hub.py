@@ -14,15 +14,20 @@ import json
 import logging
 import os
 import time
-from typing import Literal
+from collections import deque
+from typing import TYPE_CHECKING, Any, Literal
 
 import redis.asyncio as aioredis
 from django.conf import settings
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from .bus import CHANNEL
+from .bus import CHANNEL, CONTROL_CHANNEL
+from .frames import event_chunk
 from .types import Event, StreamId, decode
+
+if TYPE_CHECKING:
+    from apps.stream_front import Wire
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +36,15 @@ WORKERS_KEY = "platform:events:workers"  # pid -> {"connections", "at"}: ops sta
 PING_INTERVAL_S = 10.0
 REPORT_INTERVAL_S = 0.5  # the connection count in WORKERS_KEY lags at most this much
 RECONNECT_BACKOFF_S = (0.2, 5.0)
+LOG_CONNECTIONS = 4  # Redis connections per web worker for replay reads
+# How long a session end is remembered for streams still authenticating: longer than an
+# authentication can wait in the pool during a reconnect storm (10,000 streams, 2 threads).
+ENDED_MEMORY_S = 60.0
+# Messages taken from the subscription in one pass before fanning out: when events arrive
+# faster than the worker fans them out, each connection gets them in one write, not one each.
+BATCH_MAX = 64
 
-CloseReason = Literal["lost", "behind"]
+CloseReason = Literal["lost", "behind", "ended"]
 
 
 class BusUnavailable(Exception):
@@ -40,15 +52,37 @@ class BusUnavailable(Exception):
 
 
 class Subscriber:
-    """One client connection: a bounded queue the hub fills and the connection drains."""
+    """One client connection: a bounded queue the hub fills and the connection drains.
 
-    __slots__ = ("user_id", "queue", "closed")
+    While the connection waits idle in its live phase (``idle``, queue empty, socket not
+    backed up), the hub writes an event's pre-framed bytes straight to its ``wire`` instead:
+    no queue put, no task wake-up, no await chain, one write. ``position`` is then the newest
+    event id the client has been sent; the hub advances it and skips anything not newer (the
+    replay may already have sent an event the subscription delivers later).
 
-    def __init__(self, *, user_id: int, maxsize: int) -> None:
+    A subscriber with ``events=False`` hears only session ends: it is what a stream that is
+    not on the bus (telemetry, adr/0010) attaches to end with its session.
+    """
+
+    __slots__ = ("user_id", "session", "since", "queue", "closed", "wake_at", "events",
+                 "wire", "idle", "position")
+
+    def __init__(self, *, user_id: int, session: str = "", maxsize: int,
+                 since: float = float("inf"), events: bool = True,
+                 wire: Wire | None = None) -> None:
         self.user_id = user_id
+        self.session = session  # a hash naming the login (apps.events.sessions)
+        # When its authentication started (event-loop clock): a session ended after that may
+        # not have been seen by the authentication's read.
+        self.since = since
+        self.wake_at = 0.0  # when the stream's current wait times out (event-loop clock)
         # None in the queue only wakes the reader up to look at ``closed``.
         self.queue: asyncio.Queue[Event | None] = asyncio.Queue(maxsize=maxsize)
         self.closed: CloseReason | None = None
+        self.events = events
+        self.wire = wire
+        self.idle = False  # set only while the stream awaits its queue with nothing to send
+        self.position: StreamId = (0, 0)
 
     def close(self, reason: CloseReason) -> None:
         if self.closed is None:
@@ -67,10 +101,15 @@ class Hub:
         self.position: StreamId | None = None
         self._by_user: dict[int, set[Subscriber]] = {}
         self._all: set[Subscriber] = set()
+        # Streams that hear session ends only (events=False), by user.
+        self._watchers: dict[int, set[Subscriber]] = {}
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._reported_at = 0.0
         self._dirty = True
+        # Recent session ends (loop time, user, session or None for all), for a stream that
+        # authenticated just before one and attaches just after it.
+        self._ended: deque[tuple[float, int, str | None]] = deque()
 
     @property
     def connections(self) -> int:
@@ -80,16 +119,32 @@ class Hub:
         """Start receiving for ``sub``; returns the subscription generation it joined."""
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name="events-hub")
-        try:
-            await asyncio.wait_for(self._ready.wait(), timeout)
-        except TimeoutError as exc:
-            raise BusUnavailable("no live subscription to the event bus") from exc
-        self._all.add(sub)
-        self._by_user.setdefault(sub.user_id, set()).add(sub)
-        self._dirty = True
+        if not self._ready.is_set():
+            # Not wait_for: on Python 3.11 it can swallow the caller's cancellation (the
+            # client left) when the subscription becomes ready in the same loop pass, and the
+            # stream would then run on for a client that is gone.
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._ready.wait()
+            except TimeoutError as exc:
+                raise BusUnavailable("no live subscription to the event bus") from exc
+        if sub.events:
+            self._all.add(sub)
+            self._by_user.setdefault(sub.user_id, set()).add(sub)
+            self._dirty = True
+        else:
+            self._watchers.setdefault(sub.user_id, set()).add(sub)
+        for at, user_id, session in self._ended:
+            if at >= sub.since and user_id == sub.user_id and session in (None, sub.session):
+                sub.close("ended")  # its authentication may have read the state before the end
         return self.generation
 
     def detach(self, sub: Subscriber) -> None:
+        watchers = self._watchers.get(sub.user_id)
+        if watchers is not None and sub in watchers:
+            watchers.discard(sub)
+            if not watchers:
+                del self._watchers[sub.user_id]
         if sub in self._all:
             self._all.discard(sub)
             peers = self._by_user.get(sub.user_id)
@@ -99,22 +154,82 @@ class Hub:
                     del self._by_user[sub.user_id]
             self._dirty = True
 
-    def _dispatch(self, event: Event) -> None:
-        targets = self._all if event.user_id is None else self._by_user.get(event.user_id, ())
+    def _dispatch(self, events: list[Event]) -> None:
+        """Hand ``events`` (in log order) to every connection they are for.
+
+        An idle connection gets them written to its socket at once, in one write; one that is
+        busy (sending, or with a queue to drain, or whose socket is backed up) gets them queued,
+        so the order on its wire stays the log's order.
+        """
+        if all(e.user_id is None for e in events):
+            targets, mixed = self._all, False
+        elif len(events) == 1:
+            targets, mixed = self._by_user.get(events[0].user_id, set()), False
+        else:
+            targets, mixed = self._all, True  # several addressees: filter per connection
+        whole: bytes | None = None  # the batch's bytes, shared by connections that need all
+        first, last = events[0].sid, events[-1].sid
         for sub in list(targets):
-            try:
-                sub.queue.put_nowait(event)
-            except asyncio.QueueFull:
-                # Too far behind: cut it off instead of buffering without bound. The client
-                # reconnects with Last-Event-ID and catches up from the log.
+            mine = events
+            if mixed:
+                mine = [e for e in events if e.user_id is None or e.user_id == sub.user_id]
+                if not mine:
+                    continue
+            wire = sub.wire
+            if (wire is not None and sub.idle and sub.closed is None and sub.queue.empty()
+                    and wire.writable()):
+                if sub.position >= mine[-1].sid:
+                    continue  # the replay sent these already
+                if mine is events and sub.position < first:
+                    if whole is None:
+                        whole = b"".join([event_chunk(e) for e in events])
+                    data = whole
+                else:
+                    data = b"".join([event_chunk(e) for e in mine if e.sid > sub.position])
+                try:
+                    wire.write(data)
+                except (OSError, RuntimeError):
+                    # This one socket failed under us: end its stream (the client resyncs),
+                    # never the subscription every other stream depends on.
+                    self.detach(sub)
+                    sub.close("lost")
+                    continue
+                sub.position = mine[-1].sid
+                continue
+            for event in mine:
+                try:
+                    sub.queue.put_nowait(event)
+                except asyncio.QueueFull:
+                    # Too far behind: cut it off instead of buffering without bound. The
+                    # client reconnects with Last-Event-ID and catches up from the log.
+                    self.detach(sub)
+                    sub.close("behind")
+                    break
+        self.position = last
+
+    def _end_sessions(self, raw: str) -> None:
+        """Close the streams of a user whose login ended or whose credentials changed."""
+        try:
+            message = json.loads(raw)
+            user_id, session = int(message["user"]), message.get("session")
+        except (ValueError, KeyError, TypeError):
+            log.error("dropping a malformed control message: %.200r", raw)
+            return
+        now = asyncio.get_running_loop().time()
+        self._ended.append((now, user_id, session))
+        while self._ended and self._ended[0][0] < now - ENDED_MEMORY_S:
+            self._ended.popleft()
+        streams = [*self._by_user.get(user_id, ()), *self._watchers.get(user_id, ())]
+        for sub in streams:
+            if session is None or sub.session == session:
                 self.detach(sub)
-                sub.close("behind")
-        self.position = event.sid
+                sub.close("ended")
 
     def _lose_all(self) -> None:
         self._ready.clear()
         self.position = None
-        for sub in list(self._all):
+        watchers = [sub for subs in self._watchers.values() for sub in subs]
+        for sub in [*self._all, *watchers]:
             self.detach(sub)
             sub.close("lost")
 
@@ -143,10 +258,13 @@ class Hub:
         )
         pubsub = client.pubsub()
         try:
-            await pubsub.subscribe(CHANNEL)
-            confirm = await pubsub.get_message(timeout=5)
-            if not confirm or confirm["type"] != "subscribe":
-                raise ConnectionError(f"no subscribe confirmation: {confirm!r}")
+            # Events and session control share this one connection: a missed control
+            # message is impossible without a lost subscription, which closes every stream.
+            await pubsub.subscribe(CHANNEL, CONTROL_CHANNEL)
+            for _ in range(2):
+                confirm = await pubsub.get_message(timeout=5)
+                if not confirm or confirm["type"] != "subscribe":
+                    raise ConnectionError(f"no subscribe confirmation: {confirm!r}")
             self.generation += 1
             self._ready.set()
             log.info("event bus subscribed (pid %s, generation %s)", os.getpid(), self.generation)
@@ -156,8 +274,17 @@ class Hub:
                 now = time.monotonic()
                 if message is not None:
                     pinged, heard_at = False, now
-                    if message["type"] == "message":
-                        self._receive(message["data"])
+                    # Whatever else has already arrived goes out in the same pass.
+                    batch: list[Event] = []
+                    for _ in range(BATCH_MAX):
+                        self._take(message, batch)
+                        message = await pubsub.get_message(timeout=0)
+                        if message is None:
+                            break
+                    if message is not None:
+                        self._take(message, batch)
+                    if batch:
+                        self._dispatch(batch)
                 elif now - heard_at > PING_INTERVAL_S:
                     if pinged:
                         raise ConnectionError("no answer to PING on the subscription")
@@ -168,14 +295,27 @@ class Hub:
             await pubsub.aclose()
             await client.aclose()
 
-    def _receive(self, raw: str) -> None:
+    def _take(self, message: dict[str, Any], batch: list[Event]) -> None:
+        """Add an event message to ``batch``; act on a control message, in order."""
+        if message["type"] != "message":
+            return
+        if message["channel"] == CONTROL_CHANNEL:
+            if batch:  # the events published before it go out first
+                self._dispatch(batch)
+                batch.clear()
+            self._end_sessions(message["data"])
+            return
+        event = self._receive(message["data"])
+        if event is not None:
+            batch.append(event)
+
+    def _receive(self, raw: str) -> Event | None:
         event_id, _, body = raw.partition("\n")
         try:
-            event = decode(event_id, body)
+            return decode(event_id, body)
         except (ValueError, KeyError, TypeError):
             log.error("dropping a malformed event on %s: %.200r", CHANNEL, raw)
-            return
-        self._dispatch(event)
+            return None
 
     async def _report(self, client: aioredis.Redis) -> None:
         now = time.monotonic()
@@ -183,7 +323,10 @@ class Hub:
         if now - self._reported_at < due:
             return
         self._reported_at, self._dirty = now, False
-        state = {"connections": len(self._all), "generation": self.generation, "at": time.time()}
+        # "direct": streams whose socket this hub may write to (adr/0018); ops and tests.
+        direct = sum(1 for sub in self._all if sub.wire is not None and sub.wire.chunked)
+        state = {"connections": len(self._all), "direct": direct,
+                 "generation": self.generation, "at": time.time()}
         await client.hset(WORKERS_KEY, str(os.getpid()), json.dumps(state))
 
 
@@ -198,9 +341,12 @@ def get_hub() -> Hub:
     loop = asyncio.get_running_loop()
     if _hub is None or _hub_loop is not loop:
         _hub, _hub_loop = Hub(settings.REDIS_URL), loop
-        _log_client = aioredis.Redis.from_url(
-            settings.REDIS_URL, decode_responses=True, socket_connect_timeout=5, socket_timeout=10
-        )
+        # A bounded pool: a thousand streams reconnecting at once share a few connections
+        # (each replay read is one short script) instead of opening one socket each.
+        pool = aioredis.BlockingConnectionPool.from_url(
+            settings.REDIS_URL, decode_responses=True, socket_connect_timeout=5,
+            socket_timeout=10, max_connections=LOG_CONNECTIONS, timeout=10)
+        _log_client = aioredis.Redis(connection_pool=pool)
     return _hub
 
 

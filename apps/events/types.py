@@ -20,12 +20,21 @@ class InvalidEvent(ValueError):
 StreamId = tuple[int, int]
 
 
+# ASCII digits only (str.isdigit() accepts "²", which int() refuses), each part within the
+# unsigned 64-bit range Redis uses, so any client-sent cursor parses or is refused, never raises.
+_ID_RE = re.compile(r"([0-9]{1,20})-([0-9]{1,20})", re.ASCII)
+_ID_MAX = 2**64 - 1
+
+
 def parse_id(raw: str) -> StreamId | None:
     """A Redis stream id "<ms>-<seq>" as a comparable tuple; None if it is not one."""
-    ms, sep, seq = raw.strip().partition("-")
-    if not sep or not ms.isdigit() or not seq.isdigit():
+    match = _ID_RE.fullmatch(raw.strip())
+    if match is None:
         return None
-    return int(ms), int(seq)
+    ms, seq = int(match[1]), int(match[2])
+    if ms > _ID_MAX or seq > _ID_MAX:
+        return None
+    return ms, seq
 
 
 def format_id(sid: StreamId) -> str:

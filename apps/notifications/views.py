@@ -10,11 +10,9 @@ from django.views.decorators.http import require_GET, require_POST
 from redis import RedisError
 
 from apps.ops.http import api_login_required, json_error
-from apps.sse import sse_response
 
 from .selectors import notifications_initial
 from .services import BroadcastError, broadcast_send
-from .sse import event_stream
 
 
 @login_required
@@ -30,15 +28,9 @@ def notifications_api(request: HttpRequest) -> HttpResponse:
     return JsonResponse(notifications_initial(user_id=request.user.pk))
 
 
-@api_login_required
-@require_GET
-async def event_stream_view(request: HttpRequest) -> HttpResponse:
-    """The logged-in user's events. There is no parameter naming a user: it is the session's."""
-    user = await request.auser()
-    # EventSource sends Last-Event-ID on its own reconnects; a page's first connection (and
-    # the script's reconnect after a refused one) passes its cursor as ?after=.
-    cursor = request.headers.get("Last-Event-ID") or request.GET.get("after") or None
-    return sse_response(event_stream(user_id=user.pk, cursor=cursor))
+def event_stream_view(request: HttpRequest) -> HttpResponse:
+    """Only reached when the server bypasses ``config.asgi`` (whose front serves the stream)."""
+    return json_error(503, "Streams are served by the ASGI application in config.asgi.")
 
 
 @require_POST

@@ -29,6 +29,7 @@ from celery_conf.liveness import worker_alive
 from scheduler.jobs import Missed, PeriodicJob
 from scheduler.tables import JOBS
 
+from .live import run_publish
 from .models import JobEffect, JobRun, UsageRollup
 
 logger = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ def job_run(
     )
     if run is None:
         return "duplicate"
+    run_publish(run_id=run.pk)  # the live pages show it started (apps/reports/live.py)
     # The witness the failure tests count: one line per slot whose work actually runs.
     logger.info("reports: running %s %s slot=%s covers_from=%s", job.name, run.kind,
                 run.slot.isoformat(), run.covers_from.isoformat())
@@ -177,6 +179,7 @@ def job_run_finish(*, run_id: int, outcome: str, detail: str = "") -> None:
     JobRun.objects.filter(pk=run_id).update(
         outcome=outcome, finished_at=timezone.now(), detail=detail[:2000]
     )
+    run_publish(run_id=run_id)  # and how it ended
 
 
 def job_trigger(*, job_name: str, requested_by: str) -> str:

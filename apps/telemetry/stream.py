@@ -1,7 +1,9 @@
 """The per-connection telemetry stream: sample on a fixed clock, send each sample as SSE.
 
-It runs as an async generator in the web worker that accepted the connection and touches no
-shared service, so any number of web workers serve it unchanged (adr/0010).
+It runs as an async generator in the web worker that accepted the connection; samples touch
+no shared service, so any number of web workers serve it unchanged (adr/0010). It may be
+given a session watch (``apps.events.stream.session_watch``): then it also ends, within a
+sample period, when its session ends.
 """
 
 from __future__ import annotations
@@ -12,17 +14,22 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 from apps.sse import frame
 
 from .sampling import Sampler
 
+if TYPE_CHECKING:
+    from apps.events.hub import Subscriber
+
 log = logging.getLogger(__name__)
 
 
-async def telemetry_stream(*, rate_hz: float, max_seconds: float, retry_ms: int
-                           ) -> AsyncIterator[bytes]:
-    """Samples at ``rate_hz`` until the client leaves or ``max_seconds`` have passed.
+async def telemetry_stream(*, rate_hz: float, max_seconds: float, retry_ms: int,
+                           watch: Subscriber | None = None) -> AsyncIterator[bytes]:
+    """Samples at ``rate_hz`` until the client leaves, ``max_seconds`` have passed or
+    ``watch`` is closed (its session ended, or its bus subscription was lost).
 
     The clock is absolute (next tick = previous tick + period), so a slow send does not drift
     the rate; a worker that falls more than a period behind skips the missed ticks instead of
@@ -40,9 +47,20 @@ async def telemetry_stream(*, rate_hz: float, max_seconds: float, retry_ms: int
         while next_tick - started < max_seconds:
             delay = next_tick - time.monotonic()
             if delay > 0:
-                await asyncio.sleep(delay)
+                if watch is None:
+                    await asyncio.sleep(delay)
+                else:  # the wait between samples is also a wait for the session's end
+                    try:
+                        async with asyncio.timeout(delay):
+                            await watch.queue.get()
+                    except TimeoutError:
+                        pass
             elif -delay > period:
                 next_tick = time.monotonic()  # behind: drop the missed ticks
+            if watch is not None and watch.closed is not None:
+                # The browser reconnects and authenticates again: an ended session gets 401.
+                yield frame(comment="session check: reconnect to continue")
+                return
             sample = sampler.sample()
             yield frame(event="sample", data=json.dumps(sample.as_dict(), separators=(",", ":")))
             sent += 1

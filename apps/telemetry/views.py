@@ -8,11 +8,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from apps.ops.http import api_login_required, json_error
-from apps.sse import sse_response
-
-from .inputs import StreamParamError, rate_from_query
-from .stream import telemetry_stream
+from apps.ops.http import json_error
 
 
 @login_required
@@ -22,16 +18,10 @@ def telemetry_page(request: HttpRequest) -> HttpResponse:
         "rate_hz": settings.TELEMETRY_RATE_HZ,
         "min_rate_hz": settings.TELEMETRY_MIN_RATE_HZ,
         "max_rate_hz": settings.TELEMETRY_MAX_RATE_HZ,
+        "busy_retry_s": settings.TELEMETRY_BUSY_RETRY_S,
     })
 
 
-@api_login_required
-@require_GET
-async def telemetry_stream_view(request: HttpRequest) -> HttpResponse:
-    try:
-        rate = rate_from_query(request.GET)
-    except StreamParamError as exc:
-        return json_error(400, str(exc))
-    return sse_response(
-        telemetry_stream(rate_hz=rate, max_seconds=settings.TELEMETRY_STREAM_MAX_S,
-                         retry_ms=settings.TELEMETRY_RETRY_MS))
+def telemetry_stream_view(request: HttpRequest) -> HttpResponse:
+    """Only reached when the server bypasses ``config.asgi`` (whose front serves the stream)."""
+    return json_error(503, "Streams are served by the ASGI application in config.asgi.")

@@ -168,6 +168,21 @@ EVENTS_ATTACH_TIMEOUT_S = env_float("EVENTS_ATTACH_TIMEOUT_S", 5.0)
 # The browser's reconnect delay after a dropped stream (the SSE "retry" field).
 EVENTS_RETRY_MS = env_int("EVENTS_RETRY_MS", 1000)
 
+# --- streams: served before Django's handler (apps/stream_front.py, adr/0018) ---------------
+# path -> the endpoint that serves it. Each stream is authenticated once, from its session
+# cookie, then holds no thread and no database connection while it is open.
+STREAM_ENDPOINTS = {
+    "/api/notifications/stream/": "apps.notifications.streams.notifications_stream",
+    "/api/telemetry/stream/": "apps.telemetry.streams.telemetry_stream_endpoint",
+}
+# Threads per web worker that authenticate new streams (one or two indexed reads each): a
+# reconnect storm queues here instead of starting a thread per stream.
+STREAMS_AUTH_THREADS = env_int("STREAMS_AUTH_THREADS", 2)
+# A stream ends after this long (or at its session's expiry, if sooner) and the browser
+# reconnects, authenticating again: the bound for session changes no signal reports (a
+# session row deleted by hand). Logout, deactivation and password changes end streams at once.
+STREAMS_MAX_LIFE_S = env_float("STREAMS_MAX_LIFE_S", 900.0)
+
 
 # --- reports: periodic jobs (intervals: scheduler/tables.py; election: scheduler/settings.py)
 # Run records and roll-ups older than these are deleted by the retention purge. Runs must
@@ -187,6 +202,16 @@ TELEMETRY_MAX_RATE_HZ = env_float("TELEMETRY_MAX_RATE_HZ", 50.0)
 # one connection pins one worker, e.g. across a deploy's graceful shutdown.
 TELEMETRY_STREAM_MAX_S = env_float("TELEMETRY_STREAM_MAX_S", 600.0)
 TELEMETRY_RETRY_MS = env_int("TELEMETRY_RETRY_MS", 1000)
+# A stream hears its session's end on the worker's event-bus subscription (control channel
+# only, adr/0019). When the bus is unreachable at its start it cannot, so it ends this soon
+# and authenticates again (a logout then takes effect within this bound).
+TELEMETRY_UNWATCHED_MAX_S = env_float("TELEMETRY_UNWATCHED_MAX_S", 30.0)
+# Telemetry streams one web worker serves at once. Each costs CPU while open: measured 0.23 %
+# of a core at 25 Hz and 0.36 % at 50 Hz, the highest rate a page may ask for
+# (loadtests/telemetry_cap.py, adr/0019). Half a core for telemetry is 137 streams at 50 Hz;
+# 120 leaves a margin. Beyond it: 503 with Retry-After; the page retries after that long.
+TELEMETRY_STREAMS_PER_WORKER = env_int("TELEMETRY_STREAMS_PER_WORKER", 120)
+TELEMETRY_BUSY_RETRY_S = env_int("TELEMETRY_BUSY_RETRY_S", 5)
 
 
 # --- metering: per-user daily usage of the submit endpoint (adr/0011) ----------------------

@@ -97,7 +97,7 @@ def send_raw(port: int, head: bytes, body_chunks, limit: int) -> tuple[bytes, in
 @pytest.mark.processes
 def test_oversized_requests_are_refused_in_front_of_django(make_stack, measure):
     stack = make_stack(env={"DJANGO_DEBUG": "true"})  # even with DEBUG, never a debug page
-    web = stack.start_web(workers=1, args=UVICORN_LIMITS)
+    web = stack.start_web(workers=1, uvicorn_args=UVICORN_LIMITS)
     port = int(web.base.rsplit(":", 1)[1])
     server = psutil.Process(web.proc.pid)
     limit = int(stack.manage("shell", "--no-imports", "-c",

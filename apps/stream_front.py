@@ -1,0 +1,274 @@
+"""Serves the server-sent-event endpoints before Django's handler, so an open stream is nearly free.
+
+Django's ASGI handler runs every request in its own thread-sensitive context: the first sync
+step (session middleware, the ORM) starts a thread that lives, with its database connection,
+until the response ends; for a stream, as long as the tab is open. Here a stream request is
+authenticated from its session cookie in a small shared thread pool (the database connection
+is closed before the thread is returned), and from then on it is a coroutine on the event loop
+and nothing else. Every other request goes to Django unchanged.
+
+The endpoints are named in ``settings.STREAM_ENDPOINTS`` (path -> "module.function"); each
+takes a ``StreamRequest`` and returns the stream's frames, or raises ``StreamRefused``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import import_module
+from typing import Any
+
+from django.conf import settings
+from django.db import connections
+from django.http import QueryDict, parse_cookie
+from django.http.request import split_domain_port, validate_host
+from django.utils.module_loading import import_string
+
+log = logging.getLogger(__name__)
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class StreamUser:
+    id: int
+    is_staff: bool
+    session_key: str
+    expires_at: float  # the session's expiry, seconds since the epoch
+
+
+# The server protocols whose response cycle ``Wire`` knows (uvicorn 0.54, pinned): their
+# ``send`` is a bound method of a cycle holding ``transport``, ``flow`` and the response state.
+_KNOWN_CYCLES = frozenset({"uvicorn.protocols.http.h11_impl.RequestResponseCycle",
+                           "uvicorn.protocols.http.httptools_impl.RequestResponseCycle"})
+
+
+class Wire:
+    """A stream connection's socket, for writing pre-framed HTTP chunks with no ASGI send.
+
+    The fan-out's cost was per connection per event: a queue put, a task wake-up, two
+    generators and the server's ``send`` coroutine, for one socket write (adr/0018). The hub
+    instead writes an event's bytes, framed once as an HTTP/1.1 chunk for every connection,
+    straight to each idle connection's transport. It does so only while the response is a
+    chunked HTTP/1.1 body in progress, the client is connected and the transport is not
+    backed up (the server's own flow control; then events queue and a slow client is cut off
+    as before). This reaches into the server's response cycle, so it is enabled only for the
+    pinned uvicorn's two protocols and checked attribute by attribute; anything else gets
+    ``None`` and the ordinary ASGI path.
+    """
+
+    __slots__ = ("_cycle", "_transport", "_flow", "_chunked")
+
+    def __init__(self, cycle: Any) -> None:
+        self._cycle = cycle
+        self._transport: asyncio.Transport = cycle.transport
+        self._flow = cycle.flow
+        self._chunked = False  # known only once the response has started
+
+    def started(self) -> None:
+        """Call after the response start: confirm the body is chunked, or stay disabled."""
+        cycle = self._cycle
+        if hasattr(cycle, "chunked_encoding"):  # httptools
+            self._chunked = cycle.chunked_encoding is True
+        else:  # h11: the body writer it chose for this response
+            writer = getattr(getattr(cycle, "conn", None), "_writer", None)
+            self._chunked = type(writer).__name__ == "ChunkedWriter"
+
+    @property
+    def chunked(self) -> bool:
+        return self._chunked
+
+    def writable(self) -> bool:
+        cycle = self._cycle
+        return (self._chunked and not cycle.response_complete and not cycle.disconnected
+                and not self._flow.write_paused and not self._transport.is_closing())
+
+    def write(self, chunk: bytes) -> None:
+        self._transport.write(chunk)
+
+
+def wire_of(scope: Scope, send: Send) -> Wire | None:
+    cycle = getattr(send, "__self__", None)
+    kind = f"{type(cycle).__module__}.{type(cycle).__qualname__}"
+    if kind not in _KNOWN_CYCLES or scope.get("http_version") != "1.1":
+        return None
+    needed = ("transport", "flow", "response_complete", "disconnected")
+    if not all(hasattr(cycle, name) for name in needed):
+        return None
+    return Wire(cycle)
+
+
+@dataclass(frozen=True)
+class StreamRequest:
+    user: StreamUser
+    query: QueryDict
+    headers: dict[str, str]  # lower-case names, latin-1 values (as ASGI delivers them)
+    loop_ends_at: float  # the stream must end by then (event-loop clock): session expiry
+    loop_auth_started: float  # when its authentication began (event-loop clock)
+    # The socket, for the hub's direct writes (None: use only the yielded frames).
+    wire: Wire | None = None
+
+
+class StreamRefused(Exception):
+    """The endpoint answers with an error instead of a stream (bad parameter, over capacity)."""
+
+    def __init__(self, status: int, message: str, *,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers: dict[str, str] = headers or {}
+
+
+Endpoint = Callable[[StreamRequest], Awaitable[AsyncIterator[bytes]]]
+
+
+@dataclass
+class _Front:
+    django: ASGIApp
+    endpoints: dict[str, Endpoint] = field(default_factory=dict)
+
+
+@cache
+def _auth_pool() -> ThreadPoolExecutor:
+    # A fixed, small pool: a thousand tabs reconnecting at once queue here instead of
+    # starting a thousand threads; each call is one or two indexed reads.
+    return ThreadPoolExecutor(max_workers=settings.STREAMS_AUTH_THREADS,
+                              thread_name_prefix="stream-auth")
+
+
+def _session_user(session_key: str) -> StreamUser | None:
+    """The session's user if the session is live and the user active; the DB is closed after."""
+    from django.contrib.auth import get_user
+    from django.utils import timezone
+
+    try:
+        store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+
+        class _Request:  # get_user reads request.session only
+            session = store
+
+        user = get_user(_Request())  # checks is_active and the password's session hash
+        if not user.is_authenticated:
+            return None
+        expires = store.get_expiry_date()
+        if hasattr(store, "get_model_class"):  # database sessions: the row's own expiry
+            row = store.get_model_class().objects.filter(session_key=session_key).values_list(
+                "expire_date", flat=True).first()
+            if row is None or row <= timezone.now():
+                return None
+            expires = row
+        return StreamUser(id=user.pk, is_staff=user.is_staff, session_key=session_key,
+                          expires_at=expires.timestamp())
+    finally:
+        connections.close_all()  # this thread goes back to the pool with no connection
+
+
+async def _respond_json(send: Send, status: int, body: dict[str, Any],
+                        headers: dict[str, str] | None = None) -> None:
+    payload = json.dumps(body).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
+           (b"x-content-type-options", b"nosniff"), (b"cache-control", b"no-store")]
+    raw += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": payload})
+
+
+async def _serve(scope: Scope, receive: Receive, send: Send, endpoint: Endpoint) -> None:
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    host, _port = split_domain_port(headers.get("host", ""))
+    if not host or not validate_host(host, settings.ALLOWED_HOSTS):
+        await _respond_json(send, 400, {"error": "Bad Host header."})
+        return
+    if scope["method"] != "GET":
+        await _respond_json(send, 405, {"error": "Streams are read with GET."}, {"Allow": "GET"})
+        return
+    session_key = parse_cookie(headers.get("cookie", "")).get(settings.SESSION_COOKIE_NAME, "")
+    user = None
+    loop = asyncio.get_running_loop()
+    auth_started = loop.time()
+    if session_key and len(session_key) <= 64 and session_key.isascii():
+        try:
+            user = await loop.run_in_executor(_auth_pool(), _session_user, session_key)
+        except Exception:  # the database is unavailable or locked: the browser retries
+            log.exception("stream authentication failed")
+            await _respond_json(send, 503, {"error": "Try again in a moment."},
+                                {"Retry-After": "2"})
+            return
+    if user is None:
+        await _respond_json(send, 401, {"error": "Log in first (session cookie required)."},
+                            {"WWW-Authenticate": 'Session realm="platform"'})
+        return
+    ends_at = loop.time() + min(user.expires_at - time.time(), settings.STREAMS_MAX_LIFE_S)
+    wire = wire_of(scope, send)
+    request = StreamRequest(
+        user=user, headers=headers, loop_ends_at=ends_at, loop_auth_started=auth_started,
+        query=QueryDict(scope.get("query_string", b""), encoding="utf-8"), wire=wire)
+    try:
+        chunks = await endpoint(request)
+    except StreamRefused as refused:
+        await _respond_json(send, refused.status, {"error": refused.message}, refused.headers)
+        return
+    await _stream(receive, send, chunks, wire)
+
+
+async def _stream(receive: Receive, send: Send, chunks: AsyncIterator[bytes],
+                  wire: Wire | None = None) -> None:
+    me = asyncio.current_task()
+    assert me is not None
+
+    async def watch_disconnect() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        me.cancel()  # the client left: stop the stream at once, wherever it waits
+
+    watcher = asyncio.create_task(watch_disconnect())
+    try:
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-cache"),
+            (b"x-accel-buffering", b"no"),  # nginx: pass each event through at once
+            (b"x-content-type-options", b"nosniff"),
+        ]})
+        if wire is not None:
+            wire.started()
+        async for chunk in chunks:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            if watcher.done():
+                break  # the client left; its cancellation can be lost in a race, not this
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    except asyncio.CancelledError:
+        if not watcher.done():
+            raise  # the server is shutting down, not the client leaving
+    except OSError:
+        pass  # the socket went away under a send
+    finally:
+        watcher.cancel()
+        await chunks.aclose()  # type: ignore[attr-defined]
+
+
+def with_streams(django_app: ASGIApp) -> ASGIApp:
+    """Wrap Django's ASGI application: stream endpoints here, everything else to Django."""
+    front = _Front(django=django_app)
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            if not front.endpoints and settings.STREAM_ENDPOINTS:
+                front.endpoints = {path: import_string(target)
+                                   for path, target in settings.STREAM_ENDPOINTS.items()}
+            endpoint = front.endpoints.get(scope["path"])
+            if endpoint is not None:
+                await _serve(scope, receive, send, endpoint)
+                return
+        await front.django(scope, receive, send)
+
+    return app

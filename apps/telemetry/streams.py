@@ -1,0 +1,68 @@
+"""The telemetry chart's stream endpoint, with a per-worker cap on open streams.
+
+Served by ``apps.stream_front`` (settings.STREAM_ENDPOINTS). Each stream samples on its own
+clock and costs CPU for as long as it is open (adr/0019 measures it), so a worker serves at
+most ``TELEMETRY_STREAMS_PER_WORKER`` at once; beyond that it answers 503 with Retry-After,
+and the page waits that long and tries again (any worker may have room by then).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from django.conf import settings
+
+from apps.events.sessions import session_hash
+from apps.events.stream import session_watch
+from apps.stream_front import StreamRefused, StreamRequest
+
+from .inputs import StreamParamError, rate_from_query
+from .stream import telemetry_stream
+
+# The telemetry streams this worker serves now. One event loop per worker: no lock needed.
+_open: dict[str, int] = {"streams": 0}
+
+
+async def telemetry_stream_endpoint(request: StreamRequest) -> AsyncIterator[bytes]:
+    try:
+        rate = rate_from_query(request.query)
+    except StreamParamError as exc:
+        raise StreamRefused(400, str(exc)) from None
+    if _open["streams"] >= settings.TELEMETRY_STREAMS_PER_WORKER:
+        raise StreamRefused(
+            503, "The live chart is at capacity on this server; retrying shortly.",
+            headers={"Retry-After": str(settings.TELEMETRY_BUSY_RETRY_S)})
+    # Ends by the session's expiry too; the reconnect authenticates again.
+    remaining = request.loop_ends_at - asyncio.get_running_loop().time()
+    _open["streams"] += 1
+    return _watched(request, rate=rate, max_seconds=max(
+        0.0, min(settings.TELEMETRY_STREAM_MAX_S, remaining)))
+
+
+async def _watched(request: StreamRequest, *, rate: float, max_seconds: float
+                   ) -> AsyncIterator[bytes]:
+    """The stream, counted against the cap, ending with its session.
+
+    Samples never touch the bus or Redis (adr/0010); the stream only listens on the worker's
+    existing subscription for its session's end (adr/0019, amendment), like an event stream.
+    """
+    try:
+        async with session_watch(user_id=request.user.id,
+                                 session=session_hash(request.user.session_key),
+                                 since=request.loop_auth_started) as watch:
+            if watch is None:  # the bus is unreachable: no end would be heard, so end sooner
+                max_seconds = min(max_seconds, settings.TELEMETRY_UNWATCHED_MAX_S)
+            stream = telemetry_stream(rate_hz=rate, max_seconds=max_seconds,
+                                      retry_ms=settings.TELEMETRY_RETRY_MS, watch=watch)
+            try:
+                async for chunk in stream:
+                    yield chunk
+            finally:
+                await stream.aclose()  # type: ignore[attr-defined]
+    finally:
+        _open["streams"] -= 1
+
+
+def telemetry_streams_open() -> int:
+    return _open["streams"]
