@@ -72,12 +72,21 @@ DATABASES = {
         env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'db.sqlite3'}"), conn_max_age=0
     )
 }
+# SQLite's durability in WAL mode (adr/0014). FULL syncs the WAL at every commit, so a row
+# committed before a 202 survives a power cut; NORMAL syncs only at checkpoints and a power
+# cut can roll back the last commits (https://www.sqlite.org/pragma.html#pragma_synchronous).
+# NORMAL exists for loadtests/throughput_comparison.py; PostgreSQL keeps its default
+# synchronous_commit=on, which is already power-cut safe.
+SQLITE_SYNCHRONOUS = env_str("SQLITE_SYNCHRONOUS", "FULL")
+if SQLITE_SYNCHRONOUS not in ("FULL", "NORMAL"):
+    raise ImproperlyConfigured(
+        f"SQLITE_SYNCHRONOUS must be FULL or NORMAL, got {SQLITE_SYNCHRONOUS!r}")
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Several web and worker processes write this file at once: WAL lets readers run beside
     # the writer, IMMEDIATE takes the write lock at BEGIN so two writers queue on the busy
     # timeout instead of failing mid-transaction with "database is locked".
     DATABASES["default"]["OPTIONS"] = {
-        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "init_command": f"PRAGMA journal_mode=WAL; PRAGMA synchronous={SQLITE_SYNCHRONOUS};",
         "transaction_mode": "IMMEDIATE",
         "timeout": 20,
     }
