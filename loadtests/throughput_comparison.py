@@ -281,6 +281,7 @@ def docs_trial(work: Path, template: Path, config: Config, trial: int, docs: int
             return flower is None or flower_tasks(flower) > 0
 
         wait_until(probe, timeout=120, what="a probe document seen end to end", interval=1)
+        seen_before = flower_tasks(flower) if flower else 0
         per_client = [docs // SUBMITTERS + (i < docs % SUBMITTERS) for i in range(SUBMITTERS)]
         finished: list[float] = []
 
@@ -308,7 +309,8 @@ def docs_trial(work: Path, template: Path, config: Config, trial: int, docs: int
         row = {"submit_per_s": docs / (max(finished) - started),
                "docs_per_s": docs / (ended - started), "failed": failed}
         if flower:
-            row["flower_tasks_seen"] = wait_flower_count(flower, probes + docs) - probes
+            row["flower_tasks_seen"] = (
+                wait_flower_count(flower, seen_before + docs) - seen_before)
         return row
     finally:
         stack.stop()

@@ -81,5 +81,10 @@ def test_power_cut_losing_the_aof_tail_loses_no_acknowledged_document(make_stack
     result = tally(stack, ids)
     assert result.lost == 0 and result.failed == 0, result
     assert result.doubled == 0, result
+    # The rows behind those 202s were committed with a synced WAL (adr/0014).
+    pragma = stack.manage("shell", "-c", "from django.db import connection; "
+                          "c = connection.cursor(); c.execute('PRAGMA synchronous'); "
+                          "print(c.fetchone()[0])")
+    assert pragma.stdout.strip().splitlines()[-1] == "2", "SQLite synchronous=FULL (WAL)"
     measure(**result.as_dict(), aof_bytes_thrown_away=thrown_away, messages_lost_by_redis=LOST,
             all_done_after_restart_s=round(finished_after, 1))
