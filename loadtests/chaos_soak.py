@@ -34,6 +34,8 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -228,10 +230,14 @@ class Soak:
                 progress(f"  fault: {fault['fault']} pid {fault['pid']}")
 
     # --- counting, from the platform's own database ---------------------------------------
-    def db(self) -> sqlite3.Connection:
+    @contextmanager
+    def db(self) -> Iterator[sqlite3.Connection]:
         conn = sqlite3.connect(f"file:{self.var / 'db.sqlite3'}?mode=ro", uri=True, timeout=30)
         conn.row_factory = sqlite3.Row
-        return conn
+        try:
+            yield conn
+        finally:
+            conn.close()
 
     def documents(self) -> dict[str, sqlite3.Row]:
         with self.db() as conn:
@@ -245,8 +251,9 @@ class Soak:
         return Counter(docs[s.title]["state"] if s.title in docs else "missing" for s in acked)
 
     def tally(self) -> dict:
-        from apps.documents.processing import process_text
+        from apps.documents import processing
 
+        processing._simulate_work = lambda seconds: None  # count facts, not the canary's wait
         docs = self.documents()
         with self.db() as conn:
             done_runs = dict(conn.execute(
@@ -265,7 +272,7 @@ class Soak:
                 continue
             if row["state"] == "done":
                 out["done"] += 1
-                expected = len(process_text(row["content"]).facts)
+                expected = len(processing.process_text(row["content"]).facts)
                 if done_runs.get(row["id"], 0) != 1 or facts.get(row["id"], 0) != expected:
                     doubled.append({"id": row["id"], "done_runs": done_runs.get(row["id"], 0),
                                     "facts": facts.get(row["id"], 0), "expected": expected})
@@ -419,6 +426,9 @@ def main() -> None:
         parser.error("--minutes, --rate and --fault-every must be positive, --long-every >= 2")
     if args.long_seconds > 120:
         parser.error("--long-seconds is capped at 120 by the canary")
+    # SIGTERM or SIGINT (which a background job of a script ignores) stops everything started.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: sys.exit(1))
     random.seed(args.seed)
     soak = Soak(args)
     try:

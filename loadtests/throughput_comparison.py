@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -368,6 +369,9 @@ def main() -> None:
         return
     if args.tasks < 1 or args.docs < SUBMITTERS or args.trials < 1:
         parser.error(f"--tasks and --trials must be >= 1 and --docs >= {SUBMITTERS}")
+    # SIGTERM or SIGINT (which a background job of a script ignores) stops everything started.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: sys.exit(1))
     work = Path(tempfile.mkdtemp(prefix="throughput-"))
     template = make_template_db(work / "template")
     noop_configs = () if args.skip == "noop" else NOOP_CONFIGS
