@@ -8,8 +8,15 @@ re-scores the messages it holds (ZADD XX: only tags still present are touched, s
 acked or already restored is never re-added). Its leases stay fresh while it lives; when it
 dies they expire and another worker's sweep restores them within one timeout plus one sweep.
 
-The same timer writes ``platform:worker:<hostname>``, a heartbeat key with a short TTL that
-``manage.py status`` reads instead of the slow ``celery inspect ping`` (celery#4079).
+The renewal runs on a thread of its own, not on the worker's event loop: a warm shutdown
+(SIGTERM, a deploy) stops the consumer and its timers while the pool still runs its tasks, and
+those tasks' leases must stay fresh until they are acked (adr/0012). The thread stops when the
+consumer is shut down for good, after the pool has finished.
+
+The same thread writes ``platform:worker:<hostname>``, a heartbeat key with a short TTL that
+``manage.py status`` and the reconciler read instead of the slow ``celery inspect ping``
+(celery#4079). It names the main process and the pool processes, so a run recorded by a pool
+child that died is told from a live one (celery_conf/liveness.py).
 """
 
 from __future__ import annotations
@@ -17,61 +24,95 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 from typing import Any
 
 from celery import bootsteps
 
-from .policy import DEFAULT_LEASE_RENEW_INTERVAL
-
 logger = logging.getLogger(__name__)
 
 HEARTBEAT_KEY_PREFIX = "platform:worker:"
-# A heartbeat key outlives a few missed renewals, then vanishes: the worker is gone.
-HEARTBEAT_TTL_SECONDS = DEFAULT_LEASE_RENEW_INTERVAL * 3
+
+
+def pool_pids(c: Any) -> list[int]:
+    """The pids of the worker's pool processes; the main process for solo and thread pools."""
+    try:
+        processes = c.pool.info.get("processes")
+    except Exception:  # a pool that is starting or stopping has no stable list
+        processes = None
+    return sorted(int(pid) for pid in processes) if processes else [os.getpid()]
 
 
 class InflightLease(bootsteps.StartStopStep):
-    """Consumer bootstep: renew in-flight leases and the worker heartbeat on the event loop."""
+    """Consumer bootstep: renew in-flight leases and the worker heartbeat on a thread."""
 
     requires = ("celery.worker.consumer.tasks:Tasks",)
 
     def __init__(self, c: Any, **kwargs: Any) -> None:
         super().__init__(c, **kwargs)
-        self.tref: Any = None
-        self.interval = float(
-            os.environ.get("CELERY_LEASE_RENEW_INTERVAL", DEFAULT_LEASE_RENEW_INTERVAL)
-        )
+        # One path per setting: both come from the app's config (celery_conf/policy.py).
+        self.interval = float(c.app.conf.platform_lease_renew_interval)
+        self.ttl = int(c.app.conf.platform_heartbeat_ttl)
+        self.thread: threading.Thread | None = None
+        self.stopped = threading.Event()
+        self.channel: Any = None
 
     def start(self, c: Any) -> None:
-        self.renew(c)
-        self.tref = c.timer.call_repeatedly(self.interval, self.renew, (c,), priority=10)
+        self._remember_channel(c)
+        if self.thread is None:  # a consumer restart (reconnect) calls start again
+            self.renew(c)
+            self.thread = threading.Thread(target=self._run, args=(c,), daemon=True,
+                                           name="inflight-lease")
+            self.thread.start()
 
     def stop(self, c: Any) -> None:
-        if self.tref is not None:
-            self.tref.cancel()
-            self.tref = None
+        # The consumer stops at the start of a warm shutdown, while the pool still runs tasks
+        # whose messages this worker holds: keep renewing them. Only shutdown ends the thread.
+        pass
 
-    shutdown = stop
+    def shutdown(self, c: Any) -> None:
+        self.stopped.set()
+        if self.thread is not None:
+            self.thread.join(timeout=self.interval + 5)
+            self.thread = None
+
+    def _remember_channel(self, c: Any) -> None:
+        consumer = c.task_consumer
+        if consumer is not None and consumer.channel is not None:
+            self.channel = consumer.channel
+
+    def _run(self, c: Any) -> None:
+        while not self.stopped.wait(self.interval):
+            self._remember_channel(c)
+            try:
+                self.renew(c)
+            except Exception:  # never let the thread die: a dead thread strands every lease
+                logger.exception("in-flight lease renewal failed")
 
     def renew(self, c: Any) -> None:
-        consumer = c.task_consumer
-        if consumer is None:
+        channel = self.channel
+        if channel is None:
             return
-        channel = consumer.channel
         qos = channel.qos
         # Messages this worker holds, running or reserved; acked ones wait in _dirty until
-        # kombu flushes them, and ZADD XX would skip them anyway.
-        tags = [tag for tag in list(qos._delivered) if tag not in qos._dirty]
+        # kombu flushes them, and ZADD XX would skip them anyway. list() of a dict is atomic
+        # under the GIL, so the event loop may change it meanwhile.
+        dirty = set(qos._dirty)
+        tags = [tag for tag in list(qos._delivered) if tag not in dirty]
         now = time.time()
         try:
-            pipe = channel.client.pipeline(transaction=False)
+            # The synchronous pool (kombu's acks use it too), never the event loop's: this
+            # runs on another thread, and redis-py pools are thread-safe.
+            with channel.conn_or_acquire() as client:
+                pipe = client.pipeline(transaction=False)
             if tags:
                 pipe.zadd(qos.unacked_index_key, {tag: now for tag in tags}, xx=True)
             pipe.set(
                 HEARTBEAT_KEY_PREFIX + c.hostname,
-                json.dumps({"pid": os.getpid(), "inflight": len(tags), "at": now}),
-                ex=int(HEARTBEAT_TTL_SECONDS),
+                json.dumps({"pid": os.getpid(), "children": pool_pids(c),
+                            "inflight": len(tags), "at": now}),
+                ex=self.ttl,
             )
             pipe.execute()
         except channel.connection_errors as exc:

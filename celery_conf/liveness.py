@@ -1,7 +1,9 @@
 """Is a given worker process still alive? Read from the heartbeat keys of celery_conf/inflight.
 
 A worker restarted under the same name writes a new pid, so a record that names the old pid
-is seen as dead even while the name is alive again.
+is seen as dead even while the name is alive again. A record may also name the pool process
+that ran it: a pool child killed (OOM, hard time limit, SIGKILL) is replaced by a new pid while
+the main process lives on, so the child's pid must still be listed.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from .inflight import HEARTBEAT_KEY_PREFIX
 
 
 def worker_heartbeats(client: redis.Redis) -> dict[str, dict[str, Any]]:
-    """Every live worker by name: its last heartbeat (``pid``, ``inflight``, ``at``)."""
+    """Every live worker by name: its last heartbeat (``pid``, ``children``, ``inflight``,
+    ``at``)."""
     beats = {}
     for key in sorted(client.scan_iter(match=HEARTBEAT_KEY_PREFIX + "*", count=100)):
         raw = client.get(key)
@@ -25,16 +28,39 @@ def worker_heartbeats(client: redis.Redis) -> dict[str, dict[str, Any]]:
     return beats
 
 
-def worker_pid(hostname: str) -> int | None:
-    """The pid of the live worker called ``hostname``; None if its heartbeat has expired.
+def worker_heartbeat(hostname: str) -> dict[str, Any] | None:
+    """The last heartbeat of the worker called ``hostname``; None if it has expired.
 
     Raises redis.RedisError when Redis cannot tell: the caller must not guess.
     """
     raw = redis_client().get(HEARTBEAT_KEY_PREFIX + hostname)
-    return int(json.loads(raw)["pid"]) if raw else None
+    return json.loads(raw) if raw else None
 
 
-def worker_alive(hostname: str, pid: int) -> bool:
-    return worker_pid(hostname) == pid
+def worker_pid(hostname: str) -> int | None:
+    beat = worker_heartbeat(hostname)
+    return int(beat["pid"]) if beat else None
 
 
+def process_alive(beat: dict[str, Any] | None, *, pid: int, child_pid: int | None = None,
+                  since: float | None = None) -> bool:
+    """Does ``beat`` say that main process ``pid`` (and its pool process ``child_pid``) lives?
+
+    ``since`` is when the record was written (epoch seconds): a heartbeat written before it
+    may predate a pool process started just now, so it cannot prove that child dead.
+    """
+    if beat is None or int(beat["pid"]) != pid:
+        return False
+    if child_pid is None or child_pid == pid:
+        return True
+    children = beat.get("children")
+    if children is None:  # a heartbeat from before pool pids were reported
+        return True
+    if child_pid in children:
+        return True
+    return since is not None and float(beat["at"]) <= since
+
+
+def worker_alive(hostname: str, pid: int, child_pid: int | None = None,
+                 since: float | None = None) -> bool:
+    return process_alive(worker_heartbeat(hostname), pid=pid, child_pid=child_pid, since=since)

@@ -21,6 +21,9 @@ DOCUMENT_PROCESS = "documents.process"
 REPORTS_USAGE_ROLLUP = "reports.usage_rollup"
 REPORTS_DAILY_DIGEST = "reports.daily_digest"
 REPORTS_RETENTION_PURGE = "reports.retention_purge"
+# The reconciler (run by the elected beat): re-enqueues documents with no live work behind
+# them and marks periodic runs whose process died.
+PLATFORM_RECONCILE = "platform.reconcile"
 
 # Which queue each task goes to. A task missing here falls back to Queue.DEFAULT, and a test
 # fails so it cannot happen by accident.
@@ -29,6 +32,8 @@ TASK_QUEUES: dict[str, Queue] = {
     REPORTS_USAGE_ROLLUP: Queue.REPORTS,
     REPORTS_DAILY_DIGEST: Queue.REPORTS,
     REPORTS_RETENTION_PURGE: Queue.REPORTS,
+    # Not the documents queue: a backlog there must not delay the job that repairs it.
+    PLATFORM_RECONCILE: Queue.REPORTS,
 }
 
 

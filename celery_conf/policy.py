@@ -13,6 +13,12 @@ from kombu import Queue as KombuQueue
 
 from .names import Queue, task_routes
 
+# Every timing below is written once, here, and reaches kombu (broker_transport_options), the
+# lease renewal and the worker heartbeat (celery_conf/inflight.py, through the app's config:
+# ``platform_lease_renew_interval``, ``platform_heartbeat_ttl``) from these defaults or from
+# the arguments config/settings/base.py passes. platform/supervisord.conf's worker stop timeout
+# must exceed the hard time limit; tests/celery_conf/test_policy.py checks it.
+
 # A message delivered to a worker that dies is handed to another worker this many seconds
 # after its lease was last renewed (see celery_conf/inflight.py). Celery's default is 3600.
 DEFAULT_VISIBILITY_TIMEOUT = 30
@@ -22,19 +28,48 @@ DEFAULT_LEASE_RENEW_INTERVAL = 5
 # How often each worker sweeps for expired leases. kombu's default sweep is every 100 s
 # (interval 10 x throttle 10); ours bounds redelivery at timeout + sweep.
 DEFAULT_RESTORE_SWEEP_INTERVAL = 5
+# Expiry of kombu's ``unacked_mutex``, the lock every worker's sweep takes for 1-12 ms. A worker
+# killed while holding it blocks every sweep until it expires: kombu's default of 300 s turned
+# a 35 s redelivery into 5 minutes. It must stay below the visibility timeout minus one renewal
+# (a lock that outlived a lease would delay that lease's restore past the bound) and far above
+# the longest hold (a sweep restores at most 10 messages). Two sweeps overlapping after an
+# early expiry are harmless: each restore is a WATCHed transaction on the ``unacked`` hash.
+DEFAULT_UNACKED_MUTEX_EXPIRE = 5
+# Task time limits: the soft one raises inside the task so it can record its failure; the hard
+# one kills the pool process. supervisord waits longer than the hard one on a deploy.
+DEFAULT_SOFT_TIME_LIMIT = 300
+DEFAULT_TIME_LIMIT = 360
+# A worker's heartbeat key outlives this many missed renewals, then vanishes: the worker is gone.
+HEARTBEAT_RENEWALS = 3
 
 
 def durable_task_settings(
     *,
     broker_url: str,
     visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT,
+    lease_renew_interval: int = DEFAULT_LEASE_RENEW_INTERVAL,
     restore_sweep_interval: int = DEFAULT_RESTORE_SWEEP_INTERVAL,
-    soft_time_limit: int = 300,
-    time_limit: int = 360,
+    unacked_mutex_expire: int = DEFAULT_UNACKED_MUTEX_EXPIRE,
+    soft_time_limit: int = DEFAULT_SOFT_TIME_LIMIT,
+    time_limit: int = DEFAULT_TIME_LIMIT,
 ) -> dict[str, Any]:
-    """Celery settings, keyed with the ``CELERY_`` prefix for Django's settings module."""
-    if visibility_timeout <= DEFAULT_LEASE_RENEW_INTERVAL * 2:
-        raise ValueError("visibility_timeout must allow at least two lease renewals")
+    """Celery settings, keyed with the ``CELERY_`` prefix for Django's settings module.
+
+    Raises ValueError when the timings contradict each other; nothing is half-applied.
+    """
+    if min(visibility_timeout, lease_renew_interval, restore_sweep_interval,
+           unacked_mutex_expire, soft_time_limit, time_limit) <= 0:
+        raise ValueError("every timing of the durable-task policy must be positive")
+    if visibility_timeout <= lease_renew_interval * 2:
+        raise ValueError(
+            f"visibility_timeout ({visibility_timeout} s) must allow at least two lease "
+            f"renewals (lease_renew_interval {lease_renew_interval} s)")
+    if unacked_mutex_expire >= visibility_timeout - lease_renew_interval:
+        raise ValueError(
+            f"unacked_mutex_expire ({unacked_mutex_expire} s) must stay below the visibility "
+            f"timeout minus one renewal ({visibility_timeout - lease_renew_interval} s)")
+    if soft_time_limit >= time_limit:
+        raise ValueError("soft_time_limit must be below time_limit")
     settings: dict[str, Any] = {
         # https://docs.celeryq.dev/en/stable/userguide/configuration.html#broker-url
         "broker_url": broker_url,
@@ -47,6 +82,8 @@ def durable_task_settings(
             # Sweep for expired leases every few seconds instead of every 100 s.
             "unacked_restore_interval": restore_sweep_interval,
             "unacked_restore_throttle": 1,
+            # A worker killed while holding the sweep's lock delays every sweep this long.
+            "unacked_mutex_expire": unacked_mutex_expire,
             # Notice a dead broker connection within seconds, not at the next TCP timeout.
             "health_check_interval": 10,
             "socket_keepalive": True,
@@ -74,6 +111,10 @@ def durable_task_settings(
         # No task may hold a worker forever; the soft limit lets it record its failure.
         "task_soft_time_limit": soft_time_limit,
         "task_time_limit": time_limit,
+        # Read by celery_conf/inflight.py: the lease renewal period, and the heartbeat's TTL
+        # that follows it (a TTL shorter than the renewal would mark live workers dead).
+        "platform_lease_renew_interval": lease_renew_interval,
+        "platform_heartbeat_ttl": lease_renew_interval * HEARTBEAT_RENEWALS,
         # State lives on the rows the tasks update; no result backend to grow or to lose.
         "task_ignore_result": True,
         # --- routing --------------------------------------------------------------------

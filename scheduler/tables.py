@@ -50,6 +50,21 @@ REPORTS: tuple[PeriodicJob, ...] = (
     ),
 )
 
-TABLES: dict[str, tuple[PeriodicJob, ...]] = {"reports": REPORTS}
+DURABILITY: tuple[PeriodicJob, ...] = (
+    # The reconciler, every minute at :30 (off the reports' minutes). The database is the
+    # record: documents left queued or processing with no message and no live run behind them
+    # are re-enqueued, runs whose process died are marked lost. A missed slot is skipped: the
+    # next one does the same work.
+    PeriodicJob(
+        name=names.PLATFORM_RECONCILE,
+        every=env_int("PLATFORM_RECONCILE_EVERY_S", 60),
+        offset=30,
+        missed=Missed.SKIP,
+        max_late=50,
+        why="re-enqueue documents with no live work behind them; mark dead runs lost",
+    ),
+)
+
+TABLES: dict[str, tuple[PeriodicJob, ...]] = {"reports": REPORTS, "durability": DURABILITY}
 
 JOBS: dict[str, PeriodicJob] = {job.name: job for table in TABLES.values() for job in table}

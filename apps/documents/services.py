@@ -9,8 +9,11 @@ document has at most one result, however often its message is delivered.
 
 from __future__ import annotations
 
+import logging
+import time
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
@@ -21,6 +24,10 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from redis.exceptions import RedisError
 
 from apps.events.bus import publish_event_on_commit
+from celery_conf import names
+from celery_conf.broker_scan import task_args_in_broker
+from celery_conf.connections import redis_client
+from celery_conf.liveness import worker_heartbeats
 
 from .models import Document, DocumentFact, DocumentRun
 from .processing import (
@@ -30,12 +37,22 @@ from .processing import (
     process_text,
 )
 
+logger = logging.getLogger(__name__)
+
 State = Document.State
 Outcome = DocumentRun.Outcome
+# The reconciler looks at the broker twice this far apart before it re-enqueues a document:
+# a message between a worker's BRPOP and kombu's write to ``unacked`` (milliseconds) is in
+# neither place the first time, and in ``unacked`` (or done) the second.
+RECONCILE_SECOND_LOOK_S = 1.0
 
 
 class QueueUnavailable(Exception):
     """The broker did not accept the message; the document was not kept."""
+
+
+# What one delivery of a document's processing came to (the task turns them into task states).
+SKIPPED = "skipped"  # the document was already finished (or deleted): a redelivery, no claim
 
 
 @dataclass(frozen=True)
@@ -93,14 +110,15 @@ def document_process(
     claim = _claim(
         document_id=document_id, task_id=task_id, worker=worker, pid=pid, redelivered=redelivered
     )
-    if claim is None:
-        return "skipped"
+    if not isinstance(claim, Claim):
+        return claim
     try:
         result = process_text(claim.content, work_seconds=settings.DOCUMENTS_PROCESSING_SECONDS)
     except TransientProcessingError as exc:
         if final_attempt:
             return _finish_failed(document_id, claim, f"gave up after retries: {exc}")
-        _release_for_retry(document_id, claim, str(exc))
+        if not _release_for_retry(document_id, claim, str(exc)):
+            return Outcome.SUPERSEDED  # the claim moved on: the run holding it decides
         raise
     except PermanentProcessingError as exc:
         return _finish_failed(document_id, claim, str(exc))
@@ -111,12 +129,13 @@ def document_process(
 
 def _claim(
     *, document_id: int, task_id: str, worker: str, pid: int, redelivered: bool
-) -> Claim | None:
+) -> Claim | str:
+    """Take the claim; else SKIPPED (nothing to do) or FAILED (too many starts)."""
     now = timezone.now()
     with transaction.atomic():
         document = Document.objects.select_for_update().filter(pk=document_id).first()
         if document is None or document.state in (State.DONE, State.FAILED):
-            return None  # deleted, or a redelivery of finished work: nothing to do
+            return SKIPPED  # deleted, or a redelivery of finished work: nothing to do
         if document.starts >= settings.DOCUMENTS_MAX_STARTS:
             document.state = State.FAILED
             document.failure_reason = (
@@ -127,7 +146,7 @@ def _claim(
             document.finished_at = now
             document.save()
             _announce(document_id, State.FAILED)
-            return None
+            return Outcome.FAILED
         # Runs still marked running belong to a worker that died, or to a duplicate delivery
         # that this claim now supersedes.
         document.runs.filter(outcome=Outcome.RUNNING).update(
@@ -193,7 +212,12 @@ def _finish_failed(document_id: int, claim: Claim, reason: str) -> str:
     return outcome
 
 
-def _release_for_retry(document_id: int, claim: Claim, reason: str) -> None:
+def _release_for_retry(document_id: int, claim: Claim, reason: str) -> bool:
+    """Put the document back to queued for the task's retry; False if the claim moved on.
+
+    If the retry's publish then fails, the row says queued with no message behind it: the
+    reconciler (documents_reconcile) puts it back.
+    """
     with transaction.atomic():
         released = _fenced(document_id, claim).update(
             state=State.QUEUED, failure_reason=f"retrying: {reason}", claim_token=None,
@@ -202,6 +226,7 @@ def _release_for_retry(document_id: int, claim: Claim, reason: str) -> None:
         _close_run(claim, Outcome.RETRYING, reason)
         if released:
             _announce(document_id, State.QUEUED)
+    return bool(released)
 
 
 def documents_requeue_failed(*, document_ids: list[int] | None = None) -> list[int]:
@@ -220,6 +245,92 @@ def documents_requeue_failed(*, document_ids: list[int] | None = None) -> list[i
             _announce(document_id, State.QUEUED)
             requeued.append(document_id)
     return requeued
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    candidates: int  # unfinished documents untouched for longer than the grace period
+    requeued: list[int]  # those with no message and no live run behind them, put back
+
+
+def documents_reconcile(*, grace_seconds: float | None = None) -> Reconciled:
+    """Re-enqueue every unfinished document with no live work behind it; the database decides.
+
+    A document left queued or processing, untouched for ``grace_seconds`` (the publish after a
+    commit takes milliseconds), is put back only if the broker holds no message for it (queued
+    or unacked, whatever its lease: an expired lease is restored by kombu's sweep) and no live
+    worker process is running it (its heartbeat lists the run's pool process). So a document
+    waiting in a backlog is never enqueued twice, and one whose message Redis lost (between
+    BRPOP and ``unacked``, an ack from a superseded copy, a retry whose publish failed, an AOF
+    tail lost in a power cut) is finished within grace + the reconciler's period. Raises on a
+    broker or Redis error: nothing is re-enqueued on a guess.
+    """
+    if grace_seconds is None:
+        grace_seconds = settings.DOCUMENTS_RECONCILE_AFTER_S
+    cutoff = timezone.now() - timedelta(seconds=grace_seconds)
+    stale = dict(Document.objects.filter(
+        state__in=(State.QUEUED, State.PROCESSING), updated_at__lt=cutoff,
+    ).values_list("pk", "updated_at"))
+    if not stale:
+        return Reconciled(candidates=0, requeued=[])
+    orphans = set(stale) - _documents_with_live_work(set(stale))
+    if orphans:
+        time.sleep(RECONCILE_SECOND_LOOK_S)
+        orphans -= _documents_with_live_work(orphans)
+    requeued = []
+    for document_id in sorted(orphans):
+        if _requeue_orphan(document_id, stale[document_id]):
+            requeued.append(document_id)
+    if requeued:
+        logger.warning("documents: re-enqueued %d document(s) with no live work: %s",
+                       len(requeued), requeued[:50])
+    return Reconciled(candidates=len(stale), requeued=requeued)
+
+
+def _documents_with_live_work(document_ids: set[int]) -> set[int]:
+    """Those of ``document_ids`` that the broker holds a message for or a live process runs."""
+    live = {
+        args[0] for args in task_args_in_broker(task_name=names.DOCUMENT_PROCESS,
+                                                queue=str(names.TASK_QUEUES[
+                                                    names.DOCUMENT_PROCESS]))
+        if args and isinstance(args[0], int)
+    } & document_ids
+    beats = worker_heartbeats(redis_client())
+    running = DocumentRun.objects.filter(
+        document_id__in=document_ids - live, outcome=Outcome.RUNNING,
+    ).values_list("document_id", "worker", "pid", "started_at")
+    for document_id, worker, pid, started_at in running:
+        beat = beats.get(worker)
+        if beat is None:
+            continue
+        children = beat.get("children") or [beat["pid"]]
+        # A heartbeat older than the run may predate the pool process that runs it.
+        if pid in children or float(beat["at"]) <= started_at.timestamp():
+            live.add(document_id)
+    return live
+
+
+def _requeue_orphan(document_id: int, seen_updated_at) -> bool:  # type: ignore[no-untyped-def]
+    now = timezone.now()
+    with transaction.atomic():
+        # Unchanged since the reconciler looked: a run that claimed it meanwhile wins.
+        moved = Document.objects.filter(
+            pk=document_id, state__in=(State.QUEUED, State.PROCESSING),
+            updated_at=seen_updated_at,
+        ).update(state=State.QUEUED, claim_token=None, updated_at=now)
+        if not moved:
+            return False
+        DocumentRun.objects.filter(document_id=document_id, outcome=Outcome.RUNNING).update(
+            outcome=Outcome.SUPERSEDED, finished_at=now,
+            detail="no live work behind it: re-enqueued by the reconciler")
+        _announce(document_id, State.QUEUED)
+    try:
+        document_enqueue(document_id=document_id)
+    except (KombuOperationalError, RedisError, OSError) as exc:
+        # Still queued in the database: the next pass finds it again.
+        logger.warning("documents: could not re-enqueue %s: %s", document_id, exc)
+        return False
+    return True
 
 
 def _announce(document_id: int, state: str) -> None:

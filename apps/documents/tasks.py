@@ -1,4 +1,9 @@
-"""Celery task for documents: takes an id, calls the service; the retry policy lives here."""
+"""Celery task for documents: takes an id, calls the service; the retry policy lives here.
+
+Outcomes become task states (apps/documents/delivery.py): done is SUCCESS ("done"), a skipped
+redelivery of a finished document SUCCESS ("skipped"), failed is FAILURE (DocumentFailed), and
+a run whose claim was taken by a later run is REJECTED (ClaimSuperseded, not acked in Redis).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,8 @@ from django.conf import settings
 
 from celery_conf import names
 
+from .delivery import ClaimSuperseded, DocumentFailed
+from .models import Document, DocumentRun
 from .processing import TransientProcessingError
 from .services import document_process
 
@@ -16,6 +23,7 @@ from .services import document_process
 @shared_task(
     name=names.DOCUMENT_PROCESS,
     bind=True,
+    Request="apps.documents.delivery:DocumentRequest",
     autoretry_for=(TransientProcessingError,),
     max_retries=settings.DOCUMENTS_MAX_RETRIES,
     retry_backoff=settings.DOCUMENTS_RETRY_BACKOFF,
@@ -24,7 +32,7 @@ from .services import document_process
 )
 def process_document(self, document_id: int) -> str:  # type: ignore[no-untyped-def]
     delivery = self.request.delivery_info or {}
-    return document_process(
+    outcome = document_process(
         document_id=document_id,
         task_id=self.request.id,
         worker=self.request.hostname or "",
@@ -32,3 +40,10 @@ def process_document(self, document_id: int) -> str:  # type: ignore[no-untyped-
         redelivered=bool(delivery.get("redelivered")),
         final_attempt=self.request.retries >= self.max_retries,
     )
+    if outcome == DocumentRun.Outcome.FAILED:
+        reason = Document.objects.filter(pk=document_id).values_list(
+            "failure_reason", flat=True).first()
+        raise DocumentFailed(f"document {document_id} failed: {reason}")
+    if outcome == DocumentRun.Outcome.SUPERSEDED:
+        raise ClaimSuperseded(f"document {document_id}: the claim moved to a later run")
+    return str(outcome)

@@ -36,6 +36,9 @@ class JobRun(models.Model):
     # The worker's main process, as its heartbeat names it: tells a dead run from a live one
     # even after a restarted worker takes the same name.
     worker_pid = models.PositiveIntegerField(null=True, blank=True)
+    # The pool process that ran it: a pool child killed mid-run (OOM, hard time limit) leaves
+    # the main process's heartbeat alive, so the child's pid must be checked too.
+    pool_pid = models.PositiveIntegerField(null=True, blank=True)
     started_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     outcome = models.CharField(max_length=10, choices=Outcome.choices, default=Outcome.RUNNING)
@@ -56,6 +59,28 @@ class JobRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job} {self.kind} {self.slot:%Y-%m-%d %H:%M:%S} ({self.outcome})"
+
+
+class JobEffect(models.Model):
+    """One side effect of a run, done: a digest e-mail to one user, one roll-up window, a purge.
+
+    A second run of the same slot (a retry, a second delivery, a takeover of a failed or lost
+    run) finds the effects already done and skips them, so each happens once per slot.
+    """
+
+    run = models.ForeignKey(JobRun, on_delete=models.CASCADE, related_name="effects")
+    key = models.CharField(max_length=200)  # e.g. "digest:user:12", "rollup", "purge"
+    done_at = models.DateTimeField(auto_now_add=True)
+    detail = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["run_id", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "key"], name="reports_one_effect_per_run"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} {self.key}"
 
 
 class UsageRollup(models.Model):

@@ -9,6 +9,7 @@ slot since its last finished run, a skip job only its own slot.
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -27,7 +28,7 @@ from celery_conf.liveness import worker_alive
 from scheduler.jobs import Missed, PeriodicJob
 from scheduler.tables import JOBS
 
-from .models import JobRun, UsageRollup
+from .models import JobEffect, JobRun, UsageRollup
 
 logger = logging.getLogger(__name__)
 
@@ -54,14 +55,14 @@ def job_get(name: str) -> PeriodicJob:
 
 def job_run(
     *, job_name: str, slot: str | None, fired_by: str, task_id: str, worker: str,
-    worker_pid: int | None = None,
+    worker_pid: int | None = None, pool_pid: int | None = None,
 ) -> str:
     """Run one delivery of a periodic job; returns the outcome ("done", or "duplicate")."""
     job = job_get(job_name)
     job_runs_mark_lost(job=job)
     run = job_run_begin(
         job=job, slot=datetime.fromisoformat(slot) if slot else None, fired_by=fired_by,
-        task_id=task_id, worker=worker, worker_pid=worker_pid,
+        task_id=task_id, worker=worker, worker_pid=worker_pid, pool_pid=pool_pid,
     )
     if run is None:
         return "duplicate"
@@ -79,25 +80,30 @@ def job_run(
 
 def job_run_begin(
     *, job: PeriodicJob, slot: datetime | None, fired_by: str, task_id: str, worker: str,
-    worker_pid: int | None = None,
+    worker_pid: int | None = None, pool_pid: int | None = None,
 ) -> JobRun | None:
-    """Insert the run record; None if this scheduled slot already ran or is running."""
+    """Insert the run record; None if this scheduled slot already ran or is running.
+
+    A failed or lost run of the slot is taken over by the next delivery, whatever its task id
+    (a retry, a second beat's message, a redelivery after a pool child died): the run's
+    recorded effects (JobEffect) make the takeover skip what the first attempt already did.
+    """
     now = timezone.now()
     if slot is None:  # by hand: never a grid slot, never fenced against one
         return JobRun.objects.create(
             job=job.name, kind=Kind.MANUAL, slot=now, covers_from=now, fired_by=fired_by,
-            task_id=task_id, worker=worker, worker_pid=worker_pid,
+            task_id=task_id, worker=worker, worker_pid=worker_pid, pool_pid=pool_pid,
         )
     fields = {"covers_from": _covers_from(job, slot), "fired_by": fired_by, "task_id": task_id,
-              "worker": worker, "worker_pid": worker_pid}
+              "worker": worker, "worker_pid": worker_pid, "pool_pid": pool_pid}
     try:
         with transaction.atomic():
             return JobRun.objects.create(job=job.name, kind=Kind.SCHEDULED, slot=slot, **fields)
     except IntegrityError:
         pass
-    # A failed run may be taken over by its own retry; anything else is a second delivery.
+    # A failed or lost run is taken over; a running or done one makes this a second delivery.
     retaken = JobRun.objects.filter(
-        job=job.name, kind=Kind.SCHEDULED, slot=slot, outcome=Outcome.FAILED
+        job=job.name, kind=Kind.SCHEDULED, slot=slot, outcome__in=(Outcome.FAILED, Outcome.LOST)
     ).update(outcome=Outcome.RUNNING, started_at=now, finished_at=None, **fields)
     if retaken:
         return JobRun.objects.get(job=job.name, kind=Kind.SCHEDULED, slot=slot)
@@ -110,30 +116,46 @@ def job_run_begin(
 
 
 def job_runs_mark_lost(*, job: PeriodicJob) -> int:
-    """Mark this job's runs whose worker died mid-run as lost; returns how many.
+    """Mark this job's runs whose process died mid-run as lost; returns how many.
 
-    A SIGKILLed or OOM-killed worker leaves its run ``running``; its message, redelivered
-    after the visibility timeout, is turned away by the fence (or has expired). The job's next
-    run notices, so the page never shows a dead run as running. A catch-up job's next run
-    covers the lost run's window anyway (only finished runs end a window); a skip job's slot
-    stays lost, which is its declared policy.
+    A SIGKILLed or OOM-killed worker, or pool process, leaves its run ``running``. A run is
+    alive only while its worker's heartbeat names both its main process and the pool process
+    that runs it (a pool child killed alone leaves the main heartbeat alive). The job's next
+    run and the reconciler notice, so the page never shows a dead run as running. A catch-up
+    job's next run covers the lost run's window anyway (only finished runs end a window); a
+    lost scheduled run is taken over by a later delivery of its slot, which skips the effects
+    already recorded.
     """
     running = JobRun.objects.filter(job=job.name, outcome=Outcome.RUNNING,
-                                    worker_pid__isnull=False).values_list("pk", "worker",
-                                                                          "worker_pid")
+                                    worker_pid__isnull=False).values_list(
+        "pk", "worker", "worker_pid", "pool_pid", "started_at")
     lost = 0
-    for run_id, worker, pid in running:
+    for run_id, worker, pid, pool_pid, started_at in running:
         try:
-            alive = worker_alive(worker, pid)
+            alive = worker_alive(worker, pid, pool_pid, since=started_at.timestamp())
         except RedisError:
             return lost  # Redis cannot tell: leave the records as they are
         if not alive:
+            who = f"worker {worker} (pid {pid}" + (f", pool process {pool_pid})" if pool_pid
+                                                   else ")")
             lost += JobRun.objects.filter(pk=run_id, outcome=Outcome.RUNNING).update(
                 outcome=Outcome.LOST, finished_at=timezone.now(),
-                detail=f"worker {worker} (pid {pid}) died mid-run; "
+                detail=f"{who} died mid-run; "
                        + ("the next run covers its window" if job.missed is Missed.CATCH_UP
                           else "its slot is skipped, per the job's policy"))
     return lost
+
+
+def job_effect_done(*, run: JobRun, key: str) -> bool:
+    return JobEffect.objects.filter(run=run, key=key).exists()
+
+
+def job_effect_record(*, run: JobRun, key: str, detail: str = "") -> None:
+    """Record one effect of ``run`` as done (call inside the effect's transaction if it has one).
+
+    Raises IntegrityError if it was already recorded: the caller checked, so that is a bug.
+    """
+    JobEffect.objects.create(run=run, key=key, detail=detail[:500])
 
 
 def _covers_from(job: PeriodicJob, slot: datetime) -> datetime:
@@ -181,29 +203,50 @@ def usage_rollup(job: PeriodicJob, run: JobRun) -> str:
         bucket = totals[(owner_id, job.slot_at(created_at))]
         bucket[0] += 1
         bucket[1] += words or 0
+    periods = round((end - first) / job.period)
+    line = f"{periods} period(s) from {first:%Y-%m-%d %H:%M:%S}, {len(totals)} row(s)"
+    key = f"rollup:{first.isoformat()}/{end.isoformat()}"
     with transaction.atomic():
+        # The rows and their effect record commit together: a second run of the slot skips.
+        if job_effect_done(run=run, key=key):
+            return f"{line}: already written by an earlier attempt of this slot"
         UsageRollup.objects.filter(period_start__gte=first, period_start__lt=end).delete()
         UsageRollup.objects.bulk_create(
             UsageRollup(user_id=owner_id, period_start=period, period_seconds=job.every,
                         documents=count, words=words)
             for (owner_id, period), (count, words) in totals.items()
         )
-    periods = round((end - first) / job.period)
-    return f"{periods} period(s) from {first:%Y-%m-%d %H:%M:%S}, {len(totals)} row(s)"
+        job_effect_record(run=run, key=key, detail=line)
+    return line
 
 
 def daily_digest(job: PeriodicJob, run: JobRun) -> str:
-    """One e-mail per active user with an address: their documents of the period."""
+    """One e-mail per active user with an address: their documents of the period.
+
+    Each mail is recorded as an effect of the run right after the backend accepted it; a
+    second run of the slot skips the users already mailed. The one window left: a crash
+    between the backend accepting a mail and the record's commit mails that user again
+    (adr/0013: no design closes it without the mail server taking part).
+    """
     since = run.slot - job.period
-    messages = []
-    for user in get_user_model().objects.filter(is_active=True).exclude(email="").order_by("pk"):
-        documents = list(
-            Document.objects.filter(owner=user, created_at__gte=since, created_at__lt=run.slot)
-            .order_by("created_at").values_list("title", "word_count")
-        )
-        messages.append(_digest_message(user.email, run, since, documents))
-    sent = mail.get_connection().send_messages(messages) if messages else 0
-    return f"{sent} digest(s) sent"
+    sent = skipped = 0
+    with mail.get_connection() as connection:
+        for user in (get_user_model().objects.filter(is_active=True).exclude(email="")
+                     .order_by("pk")):
+            key = f"digest:user:{user.pk}"
+            if job_effect_done(run=run, key=key):
+                skipped += 1
+                continue
+            documents = list(
+                Document.objects.filter(owner=user, created_at__gte=since,
+                                        created_at__lt=run.slot)
+                .order_by("created_at").values_list("title", "word_count")
+            )
+            if connection.send_messages([_digest_message(user.email, run, since, documents)]):
+                job_effect_record(run=run, key=key, detail=user.email)
+                sent += 1
+    return f"{sent} digest(s) sent" + (f", {skipped} already sent by an earlier attempt"
+                                        if skipped else "")
 
 
 def _digest_message(
@@ -226,17 +269,39 @@ def _digest_message(
 
 def retention_purge(job: PeriodicJob, run: JobRun) -> str:
     now = timezone.now()
-    runs, _ = JobRun.objects.filter(
-        slot__lt=now - timedelta(days=settings.REPORTS_RUN_RETENTION_DAYS)
-    ).exclude(outcome=Outcome.RUNNING).delete()
-    rollups, _ = UsageRollup.objects.filter(
-        period_start__lt=now - timedelta(days=settings.REPORTS_USAGE_RETENTION_DAYS)
-    ).delete()
-    return f"deleted {runs} run record(s), {rollups} roll-up row(s)"
+    with transaction.atomic():
+        if job_effect_done(run=run, key="purge"):
+            return "already purged by an earlier attempt of this slot"
+        runs = JobRun.objects.filter(
+            slot__lt=now - timedelta(days=settings.REPORTS_RUN_RETENTION_DAYS)
+        ).exclude(outcome=Outcome.RUNNING).exclude(pk=run.pk)
+        # Count run records, not the effects that cascade with them.
+        runs_deleted = runs.count()
+        runs.delete()
+        rollups, _ = UsageRollup.objects.filter(
+            period_start__lt=now - timedelta(days=settings.REPORTS_USAGE_RETENTION_DAYS)
+        ).delete()
+        line = f"deleted {runs_deleted} run record(s), {rollups} roll-up row(s)"
+        job_effect_record(run=run, key="purge", detail=line)
+    return line
+
+
+def reconcile(job: PeriodicJob, run: JobRun) -> str:
+    """The database is the record: put back documents with no live work, mark dead runs lost."""
+    from apps.documents.services import documents_reconcile  # documents import nothing here
+
+    started = time.monotonic()
+    result = documents_reconcile()
+    lost = sum(job_runs_mark_lost(job=other) for other in JOBS.values())
+    # The run record is the witness the backlog measurement reads: "re-enqueued N".
+    return (f"re-enqueued {len(result.requeued)} of {result.candidates} unfinished "
+            f"document(s) past the grace period {result.requeued[:20]}; marked {lost} run(s) "
+            f"lost; {time.monotonic() - started:.2f} s")
 
 
 WORK: dict[str, Callable[[PeriodicJob, JobRun], str]] = {
     names.REPORTS_USAGE_ROLLUP: usage_rollup,
     names.REPORTS_DAILY_DIGEST: daily_digest,
     names.REPORTS_RETENTION_PURGE: retention_purge,
+    names.PLATFORM_RECONCILE: reconcile,
 }

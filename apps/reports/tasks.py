@@ -22,10 +22,11 @@ RETRY = {"autoretry_for": (DatabaseError,), "max_retries": 3, "retry_backoff": 2
 
 
 def _run(task: Any, slot: str | None, fired_by: str) -> str:
-    # The pool process's parent is the worker's main process, whose pid the heartbeat names.
+    # The pool process's parent is the worker's main process, whose pid the heartbeat names;
+    # the heartbeat also lists the pool processes, so a dead child's run is told from a live one.
     return job_run(job_name=task.name, slot=slot, fired_by=fired_by,
                    task_id=task.request.id or "", worker=task.request.hostname or "",
-                   worker_pid=os.getppid())
+                   worker_pid=os.getppid(), pool_pid=os.getpid())
 
 
 @shared_task(name=names.REPORTS_USAGE_ROLLUP, bind=True, **RETRY)
@@ -43,4 +44,10 @@ def retention_purge(self: Any, slot: str | None = None, fired_by: str = "") -> s
     return _run(self, slot, fired_by)
 
 
-TASKS = {task.name: task for task in (usage_rollup, daily_digest, retention_purge)}
+@shared_task(name=names.PLATFORM_RECONCILE, bind=True)
+def reconcile(self: Any, slot: str | None = None, fired_by: str = "") -> str:
+    # Not retried: the next slot, a minute later, does the same work.
+    return _run(self, slot, fired_by)
+
+
+TASKS = {task.name: task for task in (usage_rollup, daily_digest, retention_purge, reconcile)}

@@ -10,6 +10,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from celery_conf import policy
 from celery_conf.policy import durable_task_settings
 from config.env import env_float, env_int, env_list, env_str
 from scheduler.settings import beat_settings
@@ -136,6 +137,11 @@ DOCUMENTS_RETRY_BACKOFF = env_int("DOCUMENTS_RETRY_BACKOFF", 2)
 # A document whose processing started this many times without finishing (its worker killed
 # each time) is marked failed instead of looping forever (reject-on-worker-lost loops).
 DOCUMENTS_MAX_STARTS = env_int("DOCUMENTS_MAX_STARTS", 8)
+# The reconciler (a periodic job, scheduler/tables.py) re-enqueues a queued or processing
+# document untouched this long with no message and no live run behind it. Only the publish
+# after a commit (milliseconds) must fit; a document waiting in a backlog is protected by its
+# message, however old. The bound on an acknowledged document: this + the reconciler's period.
+DOCUMENTS_RECONCILE_AFTER_S = env_int("DOCUMENTS_RECONCILE_AFTER_S", 30)
 # Django's own request-size guard sits just above the document limit (room for the JSON or
 # multipart envelope) so an oversized body is refused before it is read into memory.
 DATA_UPLOAD_MAX_MEMORY_SIZE = DOCUMENTS_MAX_BYTES + 64 * 1024
@@ -192,12 +198,19 @@ METERING_DAILY_LIMIT = env_int("METERING_DAILY_LIMIT", 1000)
 METERING_FLUSH_S = env_float("METERING_FLUSH_S", 2.0)
 
 
+# --- durable tasks: the one place each timing is read (defaults and reasons: policy.py) ------
 def celery_settings(redis_url: str) -> dict[str, object]:
     return durable_task_settings(
         broker_url=redis_url,
-        visibility_timeout=env_int("CELERY_VISIBILITY_TIMEOUT", 30),
-        soft_time_limit=env_int("CELERY_TASK_SOFT_TIME_LIMIT", 300),
-        time_limit=env_int("CELERY_TASK_TIME_LIMIT", 360),
+        visibility_timeout=env_int("CELERY_VISIBILITY_TIMEOUT", policy.DEFAULT_VISIBILITY_TIMEOUT),
+        lease_renew_interval=env_int("CELERY_LEASE_RENEW_INTERVAL",
+                                     policy.DEFAULT_LEASE_RENEW_INTERVAL),
+        restore_sweep_interval=env_int("CELERY_RESTORE_SWEEP_INTERVAL",
+                                       policy.DEFAULT_RESTORE_SWEEP_INTERVAL),
+        unacked_mutex_expire=env_int("CELERY_UNACKED_MUTEX_EXPIRE",
+                                     policy.DEFAULT_UNACKED_MUTEX_EXPIRE),
+        soft_time_limit=env_int("CELERY_TASK_SOFT_TIME_LIMIT", policy.DEFAULT_SOFT_TIME_LIMIT),
+        time_limit=env_int("CELERY_TASK_TIME_LIMIT", policy.DEFAULT_TIME_LIMIT),
     ) | beat_settings(redis_url=redis_url)
 
 

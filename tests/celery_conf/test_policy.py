@@ -86,3 +86,53 @@ def test_production_settings_start_with_everything_given():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
+
+
+# --- one path per setting: each timing written once, reaching kombu, the lease and the TTL --
+def _settings_in_child(**env: str) -> subprocess.CompletedProcess[str]:
+    script = ("import django; django.setup(); from celery_conf import app; import json; "
+              "c = app.conf; print(json.dumps([c.broker_transport_options, "
+              "c.platform_lease_renew_interval, c.platform_heartbeat_ttl, "
+              "c.task_soft_time_limit, c.task_time_limit]))")
+    return subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60,
+        env={"PATH": "/usr/bin:/bin", "DJANGO_SETTINGS_MODULE": "config.settings.development",
+             **env})
+
+
+def test_a_renewal_interval_of_20_is_refused_against_the_30_s_visibility_timeout():
+    refused = _settings_in_child(CELERY_LEASE_RENEW_INTERVAL="20")
+    assert refused.returncode != 0
+    assert "must allow at least two lease renewals" in refused.stderr
+
+
+def test_the_heartbeat_ttl_and_kombu_follow_the_one_renewal_setting():
+    result = _settings_in_child(CELERY_LEASE_RENEW_INTERVAL="20", CELERY_VISIBILITY_TIMEOUT="90",
+                                CELERY_UNACKED_MUTEX_EXPIRE="10")
+    assert result.returncode == 0, result.stderr
+    transport, renew, ttl, soft, hard = json.loads(result.stdout.strip().splitlines()[-1])
+    assert renew == 20 and ttl == 60  # three renewals: a live worker's heartbeat never lapses
+    assert transport["visibility_timeout"] == 90 and transport["unacked_mutex_expire"] == 10
+    assert (soft, hard) == (300, 360)
+
+
+def test_the_restore_lock_must_expire_before_a_lease_could():
+    assert app.conf.broker_transport_options["unacked_mutex_expire"] == 5
+    with pytest.raises(ValueError, match="unacked_mutex_expire"):
+        durable_task_settings(broker_url="redis://x", visibility_timeout=30,
+                              lease_renew_interval=5, unacked_mutex_expire=25)
+    with pytest.raises(ValueError, match="soft_time_limit"):
+        durable_task_settings(broker_url="redis://x", soft_time_limit=400, time_limit=360)
+
+
+def test_the_lease_renewal_reads_the_apps_config_not_the_environment():
+    source = (ROOT / "celery_conf" / "inflight.py").read_text()
+    assert "os.environ" not in source and "platform_lease_renew_interval" in source
+
+
+def test_supervisord_waits_longer_than_the_hard_time_limit_before_killing_a_worker():
+    conf = (ROOT / "platform" / "supervisord.conf").read_text()
+    worker = conf[conf.index("[program:worker]"):]
+    worker = worker[:worker.index("\n[", 1)]
+    stopwait = int(re.search(r"^stopwaitsecs=(\d+)", worker, re.M).group(1))  # type: ignore[union-attr]
+    assert stopwait > app.conf.task_time_limit, "a deploy would SIGKILL running tasks"

@@ -69,7 +69,8 @@ def test_a_document_whose_worker_is_always_lost_fails_after_max_starts(document:
     for n in range(3):  # three starts that never finish (the worker died each time)
         assert services._claim(document_id=document.pk, task_id="t", worker="w", pid=n,
                                redelivered=bool(n))
-    assert deliver(document) == "skipped"
+    # Failed, not skipped: the task turns it into a FAILURE state (apps/documents/tasks.py).
+    assert deliver(document) == "failed"
     document.refresh_from_db()
     assert document.state == "failed" and "started 3 times" in document.failure_reason
 
@@ -103,3 +104,16 @@ def test_a_deleted_document_is_skipped(document: Document):
     document.delete()
     assert services.document_process(document_id=pk, task_id="t", worker="w", pid=1,
                                      redelivered=False, final_attempt=False) == "skipped"
+
+
+@override_settings(DOCUMENTS_PROCESSING_SECONDS=0)
+def test_a_retry_of_a_run_that_lost_its_claim_is_superseded_not_retried(document: Document):
+    document.content = f"Some words.\n{TRANSIENT_FAILURE_CANARY}\n"
+    document.save()
+    first = services._claim(document_id=document.pk, task_id="a", worker="w1", pid=1,
+                            redelivered=False)
+    services._claim(document_id=document.pk, task_id="a", worker="w2", pid=2, redelivered=True)
+    assert isinstance(first, services.Claim)
+    assert services._release_for_retry(document.pk, first, "boom") is False
+    document.refresh_from_db()
+    assert document.state == "processing"  # the later run's claim stands
