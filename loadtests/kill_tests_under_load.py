@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -63,40 +64,50 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20, help="runs of each test in a row")
     parser.add_argument("--test", action="append", help="a pytest node id (default: all)")
     parser.add_argument("--burners", type=int, default=2, help="CPU-burning processes")
+    parser.add_argument("--max-minutes", type=float, default=0,
+                        help="start no new run after this long (0: no limit)")
     args = parser.parse_args()
+    stop_after = time.monotonic() + args.max_minutes * 60 if args.max_minutes else float("inf")
     tests = args.test or KILL_TESTS
 
     burners = [multiprocessing.Process(target=burn, args=(time.time() + 24 * 3600,),
                                        daemon=True) for _ in range(args.burners)]
     for proc in burners:
         proc.start()
-    results: dict[str, dict[str, object]] = {}
+    results: dict[str, dict[str, Any]] = {
+        node: {"runs": 0, "passed": 0, "seconds": [], "failures": []} for node in tests}
     try:
-        for node in tests:
-            name = node.split("::")[-1]
-            outcomes, seconds, failures = [], [], []
-            for n in range(args.runs):
+        # Round-robin over the tests, so a session stopped early has runs of every test.
+        for n in range(args.runs):
+            for node in tests:
+                if time.monotonic() > stop_after:
+                    break
                 passed, took, tail = run_once(node)
-                outcomes.append(passed)
-                seconds.append(round(took, 1))
+                r = results[node]
+                r["runs"] += 1
+                r["passed"] += int(passed)
+                r["seconds"].append(round(took, 1))
                 if not passed:
-                    failures.append(tail)
-                progress(f"{name}: run {n + 1}/{args.runs} {'pass' if passed else 'FAIL'} "
-                         f"({took:.0f} s); {sum(outcomes)} passed so far")
-            results[node] = {"runs": args.runs, "passed": sum(outcomes), "seconds": seconds,
-                             "failures": failures}
+                    r["failures"].append(tail)
+                progress(f"{node.split('::')[-1]}: run {n + 1}/{args.runs} "
+                         f"{'pass' if passed else 'FAIL'} ({took:.0f} s); "
+                         f"{r['passed']}/{r['runs']} passed so far")
+                # Saved after every run: a long session stopped early keeps what it measured.
+                save_json("kill_tests_under_load", {
+                    "burners": args.burners, "runs_per_test": args.runs, "results": results,
+                    "note": "measured on a shared, loaded 2-core machine",
+                })
     finally:
         for proc in burners:
             proc.terminate()
 
-    save_json("kill_tests_under_load", {
-        "burners": args.burners, "runs_per_test": args.runs, "results": results,
-        "note": "measured on a shared, loaded 2-core machine",
-    })
-    fig, ax = new_figure(f"Kill tests, {args.runs} runs each, {args.burners} CPU burners")
+    done = min(r["runs"] for r in results.values())
+    fig, ax = new_figure(f"Kill tests, {done}+ runs each, {args.burners} CPU burners")
     labels = [node.split("::")[-1][:40] for node in results]
+    ax.barh(labels, [r["runs"] for r in results.values()], color="tab:red", label="failed")
     ax.barh(labels, [r["passed"] for r in results.values()], color="tab:green", label="passed")
-    ax.set_xlim(0, args.runs)
+    ax.legend()
+    ax.set_xlim(0, max(r["runs"] for r in results.values()))
     ax.set_xlabel("runs passed")
     save_figure(fig, "kill_tests_under_load")
     for node, r in results.items():

@@ -13,7 +13,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
@@ -310,7 +310,7 @@ def _documents_with_live_work(document_ids: set[int]) -> set[int]:
     return live
 
 
-def _requeue_orphan(document_id: int, seen_updated_at) -> bool:  # type: ignore[no-untyped-def]
+def _requeue_orphan(document_id: int, seen_updated_at: datetime) -> bool:
     now = timezone.now()
     with transaction.atomic():
         # Unchanged since the reconciler looked: a run that claimed it meanwhile wins.

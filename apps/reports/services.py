@@ -23,6 +23,7 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from apps.documents.models import Document
+from apps.documents.services import documents_reconcile
 from celery_conf import names
 from celery_conf.liveness import worker_alive
 from scheduler.jobs import Missed, PeriodicJob
@@ -288,8 +289,6 @@ def retention_purge(job: PeriodicJob, run: JobRun) -> str:
 
 def reconcile(job: PeriodicJob, run: JobRun) -> str:
     """The database is the record: put back documents with no live work, mark dead runs lost."""
-    from apps.documents.services import documents_reconcile  # documents import nothing here
-
     started = time.monotonic()
     result = documents_reconcile()
     lost = sum(job_runs_mark_lost(job=other) for other in JOBS.values())

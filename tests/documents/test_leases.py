@@ -69,7 +69,7 @@ def test_the_ack_of_a_superseded_copy_leaves_the_claim_holders_lease(make_stack,
     # The first copy finishes: its result is dropped and it must not ack the shared tag.
     wait_until(lambda: runs_of(stack, doc_id)[0][1] == "superseded", timeout=30,
                what="the first copy finishes, superseded")
-    wait_until(lambda: "superseded copy" in holder.log(), timeout=10,
+    wait_until(lambda: "superseded" in holder.log(), timeout=10,
                what="the first worker handled its superseded copy")
     assert unacked_tags(stack, doc_id) == tag, "the superseded copy removed the live lease"
 

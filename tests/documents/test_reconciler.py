@@ -24,6 +24,9 @@ from tests.documents.tally import all_finished, sample_text, tally
 from tests.procs import wait_until
 
 pytestmark = pytest.mark.processes
+# Documents submitted at once to one worker that runs one at a time: most wait in the queue
+# far longer than the reconciler's grace period (3 s) while it runs every 2 s.
+BACKLOG = 60
 RECONCILED = re.compile(r"re-enqueued (\d+) of (\d+) unfinished")
 
 
@@ -99,11 +102,11 @@ def test_documents_whose_messages_redis_lost_are_finished_by_the_reconciler(make
 
 def test_a_backlog_many_times_the_workers_capacity_is_never_re_enqueued(make_stack, measure):
     stack = make_stack(env={**FAST_LEASES, **FAST_RECONCILER,
-                            "DOCUMENTS_PROCESSING_SECONDS": "0.2"})
+                            "DOCUMENTS_PROCESSING_SECONDS": "0.1"})
     client = stack.start_web(workers=1).session()
     stack.start_worker("w1", concurrency=1)  # capacity: one document at a time
     stack.start_elected_beat("b1")
-    ids = [client.submit(sample_text(i)) for i in range(80)]
+    ids = [client.submit(sample_text(i)) for i in range(BACKLOG)]
     wait_until(lambda: all_finished(stack, ids), timeout=180, interval=0.5,
                what="the backlog drains")
 
@@ -114,6 +117,6 @@ def test_a_backlog_many_times_the_workers_capacity_is_never_re_enqueued(make_sta
     assert passes and max(seen for _, seen in passes) > 0, passes
     # ...and put back none of them: each one's message was in the queue or in flight.
     assert requeued == 0
-    assert result.completed == 80 and result.extra_starts == 0 and result.doubled == 0
-    measure(backlog=80, worker_capacity=1, reconciler_passes=len(passes),
+    assert result.completed == BACKLOG and result.extra_starts == 0 and result.doubled == 0
+    measure(backlog=BACKLOG, worker_capacity=1, reconciler_passes=len(passes),
             max_candidates_seen=max(seen for _, seen in passes), re_enqueued=requeued)
