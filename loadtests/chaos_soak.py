@@ -351,13 +351,16 @@ class Soak:
         load_ended = time.time()
         progress(f"faults and submissions stopped; draining (up to {self.args.drain} s)")
         deadline = time.monotonic() + self.args.drain
+        last_report = time.monotonic()
         while time.monotonic() < deadline:
             counts = self.state_counts()
             if counts["queued"] + counts["processing"] == 0:
                 break
             time.sleep(5)
-            if int(deadline - time.monotonic()) % 30 < 5:
+            if time.monotonic() - last_report >= 30:
                 self.report_progress("drain")
+                last_report = time.monotonic()
+        self.report_progress("drained")
         drained = time.time()
         result = {"tally": self.tally(),
                   "slots": self.slots((self.started_at, load_ended)),
