@@ -1,6 +1,6 @@
 """Chaos soak: the whole platform as the README starts it, documents over HTTP, random kills.
 
-    .venv/bin/python loadtests/chaos_soak.py [--minutes 3] [--rate 0.5] [--fault-every 20]
+    .venv/bin/python loadtests/chaos_soak.py [--minutes 3] [--rate 0.3] [--fault-every 20]
 
 Starts ``bash platform/up`` with its own var directory and free ports (``PLATFORM_VAR_DIR``,
 ``REDIS_PORT``, ``WEB_PORT``, ``FLOWER_PORT``), logs in with the development login it made,
@@ -412,7 +412,8 @@ def plot(result: dict) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=3.0, help="how long to inject faults")
-    parser.add_argument("--rate", type=float, default=0.5, help="documents submitted per second")
+    parser.add_argument("--rate", type=float, default=0.3,
+                        help="documents submitted per second (the 4 pool processes keep up)")
     parser.add_argument("--fault-every", type=float, default=20.0,
                         help="mean seconds between faults")
     parser.add_argument("--long-every", type=int, default=6,
@@ -421,7 +422,7 @@ def main() -> None:
                         help="work of a long document (visibility timeout is 30 s)")
     parser.add_argument("--short-seconds", type=float, default=2.0,
                         help="work of the other documents")
-    parser.add_argument("--drain", type=float, default=420.0,
+    parser.add_argument("--drain", type=float, default=600.0,
                         help="seconds to wait for acknowledged documents after the faults stop")
     parser.add_argument("--seed", type=int, default=None, help="random seed (faults, victims)")
     args = parser.parse_args()
