@@ -53,7 +53,7 @@ def test_platform_up_starts_everything_reports_twice_and_stops_on_ctrl_c(tmp_pat
             env={**env, "REDIS_URL": redis_url(tmp_path, env)}, capture_output=True, text=True)
         report = json.loads(status.stdout)
         assert report["workers"]["alive"] == 2
-        assert report["redis"]["appendfsync"] == "always"
+        assert report["redis"]["appendfsync"] == "everysec"
         assert report["redis"]["maxmemory_policy"] == "noeviction"
 
         again = subprocess.run(["bash", "platform/up"], cwd=ROOT, env=env, timeout=120,
