@@ -13,8 +13,10 @@ Documents: the same worker plus uvicorn with 2 web workers; 4 logged-in clients 
 second and documents done per second (first submit to last done).
 
 The platform's configurations vary appendfsync (always, everysec), task events (on; off;
-off with a real Flower process watching, which switches them on in the workers) and SQLite
-synchronous (FULL, NORMAL; WAL mode). Trials are interleaved (every configuration once, then
+off with a real Flower started as the platform starts it, ``manage.py flower``, either with
+nobody viewing it or watched: a viewer polls its API every second as its dashboard does, so it
+switches events on in the workers, apps/ops/flower_gate.py) and SQLite synchronous (FULL,
+NORMAL; WAL mode). Trials are interleaved (every configuration once, then
 again) so a load spike from other work on the machine spreads over all of them. Writes
 loadtests/results/throughput_comparison.{json,png}.
 """
@@ -57,7 +59,9 @@ class Config:
     name: str
     app: str  # "vanilla" or "platform"
     appendfsync: str
-    events: str = "off"  # "on", "off", or "flower" (off, with Flower watching)
+    # "on", "off", "flower" (off, Flower running and watched) or "flower-idle" (off, Flower
+    # running, nobody viewing)
+    events: str = "off"
     sqlite: str = "FULL"
     # The platform's workers log at INFO (platform/supervisord.conf); Celery's CLI default,
     # vanilla's, is WARNING. INFO writes two lines per task.
@@ -67,7 +71,8 @@ class Config:
     def label(self) -> str:
         if self.app == "vanilla":
             return "vanilla Celery"
-        events = {"on": "events on", "off": "events off", "flower": "Flower watching"}
+        events = {"on": "events on", "off": "events off", "flower": "Flower watching",
+                  "flower-idle": "Flower running, nobody viewing"}
         log = "" if self.loglevel == "INFO" else f", log {self.loglevel}"
         return f"{self.appendfsync}, {events[self.events]}, sqlite {self.sqlite}{log}"
 
@@ -80,6 +85,7 @@ NOOP_CONFIGS = (
     Config("everysec-events", "platform", "everysec", "on"),
     Config("everysec-off", "platform", "everysec", "off"),
     Config("everysec-flower", "platform", "everysec", "flower"),
+    Config("everysec-flower-idle", "platform", "everysec", "flower-idle"),
     Config("everysec-off-warning", "platform", "everysec", "off", loglevel="WARNING"),
 )
 DOC_CONFIGS = (
@@ -88,6 +94,7 @@ DOC_CONFIGS = (
     Config("everysec-off-normal", "platform", "everysec", "off", "NORMAL"),
     Config("everysec-off-full", "platform", "everysec", "off", "FULL"),
     Config("everysec-flower-full", "platform", "everysec", "flower", "FULL"),
+    Config("everysec-flower-idle-full", "platform", "everysec", "flower-idle", "FULL"),
 )
 
 
@@ -155,10 +162,13 @@ def start_worker(stack: Stack, config: Config) -> Proc:
     return proc  # ready once warm_up's probe task has run
 
 
-def start_flower(stack: Stack, config: Config) -> str:
+def start_flower(stack: Stack, config: Config) -> str | None:
+    """Flower as platform/supervisord.conf runs it, for the Flower configurations."""
+    if config.events not in ("flower", "flower-idle"):
+        return None
     port = free_port()
-    proc = spawn("flower", [str(BIN / "celery"), "-A", "celery_conf", "flower",
-                            "--address=127.0.0.1", f"--port={port}"],
+    proc = spawn("flower", [sys.executable, str(ROOT / "manage.py"), "flower",
+                            "--address", "127.0.0.1", "--port", str(port)],
                  env=env_for(stack, config), log_dir=stack.log_dir)
     stack.procs.append(proc)
     base = f"http://127.0.0.1:{port}"
@@ -167,6 +177,36 @@ def start_flower(stack: Stack, config: Config) -> str:
     wait_until(lambda: requests.get(base + "/healthcheck", timeout=2).ok, timeout=60,
                what="flower answers")
     return base
+
+
+class Viewer(threading.Thread):
+    """Someone with Flower's dashboard open: it fetches /api/workers every second."""
+
+    def __init__(self, base: str) -> None:
+        super().__init__(daemon=True)
+        self.base = base
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        import requests
+
+        while not self.stopped.wait(1.0):
+            try:
+                requests.get(self.base + "/api/workers", timeout=10)
+            except requests.RequestException:
+                pass  # Flower busy: the next poll counts as well
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join(timeout=15)
+
+
+def watch(flower: str | None, config: Config) -> Viewer | None:
+    if flower is None or config.events != "flower":
+        return None
+    viewer = Viewer(flower)
+    viewer.start()
+    return viewer
 
 
 def flower_tasks(base: str) -> int:
@@ -201,18 +241,22 @@ def warm_up(stack: Stack, config: Config, flower: str | None) -> None:
 def noop_trial(work: Path, template: Path, config: Config, trial: int, tasks: int) -> dict:
     stack = new_stack(work, template, config, trial)
     try:
-        flower = start_flower(stack, config) if config.events == "flower" else None
+        flower = start_flower(stack, config)
+        viewer = watch(flower, config)
         start_worker(stack, config)
-        warm_up(stack, config, flower)
-        seen_before = flower_tasks(flower) if flower else 0
+        warm_up(stack, config, flower if viewer else None)
+        seen_before = flower_tasks(flower) if viewer else 0
         watcher = EmptyWatcher(stack, config)
         watcher.start()
         produced = run_producer(stack, config, tasks)
         end = watcher.first_empty_after(produced["ended"])
         row = {"enqueue_per_s": produced["enqueue_per_s"],
                "tasks_per_s": tasks / (end - produced["started"])}
-        if flower:
+        if viewer:
             row["flower_tasks_seen"] = wait_flower_count(flower, seen_before + tasks) - seen_before
+            viewer.stop()
+        elif flower:  # nobody viewed: one look afterwards (tasks seen while nobody looked)
+            row["flower_tasks_seen"] = flower_tasks(flower)
         return row
     finally:
         stack.stop()
@@ -263,7 +307,8 @@ def wait_flower_count(base: str, want: int) -> int:
 def docs_trial(work: Path, template: Path, config: Config, trial: int, docs: int) -> dict:
     stack = new_stack(work, template, config, trial)
     try:
-        flower = start_flower(stack, config) if config.events == "flower" else None
+        flower = start_flower(stack, config)
+        viewer = watch(flower, config)
         start_worker(stack, config)
         web = stack.start_web(workers=2)
         clients = [Client.login(web.base, "tester", "tester-password-1")
@@ -279,10 +324,10 @@ def docs_trial(work: Path, template: Path, config: Config, trial: int, docs: int
             probes += 1
             wait_until(lambda: stack.query(finished_sql)[0]["n"] >= probes, timeout=90,
                        what="probe document done")
-            return flower is None or flower_tasks(flower) > 0
+            return viewer is None or flower_tasks(flower) > 0
 
         wait_until(probe, timeout=120, what="a probe document seen end to end", interval=1)
-        seen_before = flower_tasks(flower) if flower else 0
+        seen_before = flower_tasks(flower) if viewer else 0
         per_client = [docs // SUBMITTERS + (i < docs % SUBMITTERS) for i in range(SUBMITTERS)]
         finished: list[float] = []
 
@@ -309,9 +354,12 @@ def docs_trial(work: Path, template: Path, config: Config, trial: int, docs: int
                              "WHERE state = 'failed'")[0]["n"]
         row = {"submit_per_s": docs / (max(finished) - started),
                "docs_per_s": docs / (ended - started), "failed": failed}
-        if flower:
+        if viewer:
             row["flower_tasks_seen"] = (
                 wait_flower_count(flower, seen_before + docs) - seen_before)
+            viewer.stop()
+        elif flower:
+            row["flower_tasks_seen"] = flower_tasks(flower)
         return row
     finally:
         stack.stop()
@@ -323,7 +371,7 @@ def median_rows(config: Config, trials: list[dict]) -> dict:
             **{k: statistics.median(t[k] for t in trials) for k in keys}}
 
 
-def plot(noop: list[dict], docs: list[dict]) -> Path:
+def plot(noop: list[dict], docs: list[dict], name: str) -> Path:
     fig, (left, right) = new_figure(
         "Throughput vs vanilla Celery (prefork -c 2, one 2-core machine, shared and loaded)",
         ncols=2)
@@ -352,7 +400,7 @@ def plot(noop: list[dict], docs: list[dict]) -> Path:
         right.set_xlabel("documents per second (median)")
         right.legend(loc="lower right", fontsize=8)
         right.invert_yaxis()
-    return save_figure(fig, "throughput_comparison")
+    return save_figure(fig, name)
 
 
 def main() -> None:
@@ -361,6 +409,10 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=100, help="documents per trial")
     parser.add_argument("--trials", type=int, default=2, help="trials per configuration")
     parser.add_argument("--skip", choices=("noop", "docs"), help="leave one half out")
+    parser.add_argument("--only", default="",
+                        help="comma-separated configuration names to run (default: all)")
+    parser.add_argument("--output", default="throughput_comparison",
+                        help="name of the JSON and PNG under loadtests/results/")
     parser.add_argument("--produce", choices=("vanilla", "platform"), help=argparse.SUPPRESS)
     parser.add_argument("--sent-events", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -374,8 +426,14 @@ def main() -> None:
         signal.signal(sig, lambda *_: sys.exit(1))
     work = Path(tempfile.mkdtemp(prefix="throughput-"))
     template = make_template_db(work / "template")
-    noop_configs = () if args.skip == "noop" else NOOP_CONFIGS
-    doc_configs = () if args.skip == "docs" else DOC_CONFIGS
+    only = {n for n in args.only.split(",") if n}
+    unknown = only - {c.name for c in NOOP_CONFIGS + DOC_CONFIGS}
+    if unknown:
+        parser.error(f"unknown configuration(s): {', '.join(sorted(unknown))}")
+    noop_configs = () if args.skip == "noop" else tuple(
+        c for c in NOOP_CONFIGS if not only or c.name in only)
+    doc_configs = () if args.skip == "docs" else tuple(
+        c for c in DOC_CONFIGS if not only or c.name in only)
     noop_trials: dict[str, list[dict]] = {c.name: [] for c in noop_configs}
     doc_trials: dict[str, list[dict]] = {c.name: [] for c in doc_configs}
     for trial in range(1, args.trials + 1):
@@ -393,26 +451,26 @@ def main() -> None:
     docs = [median_rows(c, doc_trials[c.name]) for c in doc_configs]
     vanilla = next((r for r in noop if r["app"] == "vanilla"), None)
     head = f"no-op tasks (median of {args.trials})"
-    print(f"\n{head:<46}{'tasks/s':>9}{'x van.':>8}"
+    print(f"\n{head:<56}{'tasks/s':>9}{'x van.':>8}"
           f"{'enqueue/s':>11}{'x van.':>8}")
     for r in noop:
         if vanilla:
             r["ratio_tasks"] = r["tasks_per_s"] / vanilla["tasks_per_s"]
             r["ratio_enqueue"] = r["enqueue_per_s"] / vanilla["enqueue_per_s"]
-        print(f"{r['label']:<46}{r['tasks_per_s']:>9,.0f}{r.get('ratio_tasks', 0):>8.2f}"
+        print(f"{r['label']:<56}{r['tasks_per_s']:>9,.0f}{r.get('ratio_tasks', 0):>8.2f}"
               f"{r['enqueue_per_s']:>11,.0f}{r.get('ratio_enqueue', 0):>8.2f}"
               + (f"   Flower saw {r['flower_tasks_seen']:,.0f}" if "flower_tasks_seen" in r
                  else ""))
     head = f"documents (median of {args.trials})"
-    print(f"\n{head:<46}{'202/s':>9}{'done/s':>9}")
+    print(f"\n{head:<56}{'202/s':>9}{'done/s':>9}")
     for r in docs:
-        print(f"{r['label']:<46}{r['submit_per_s']:>9,.1f}{r['docs_per_s']:>9,.1f}")
+        print(f"{r['label']:<56}{r['submit_per_s']:>9,.1f}{r['docs_per_s']:>9,.1f}")
     info = {"cores": os.cpu_count(), "tasks": args.tasks, "docs": args.docs,
             "trials": args.trials, "submitters": SUBMITTERS, "worker": "prefork -c 2",
             "note": "one run on one shared, loaded 2-core machine",
             "noop": noop, "documents": docs}
-    print(f"\nwrote {save_json('throughput_comparison', info)}")
-    print(f"wrote {plot(noop, docs)}")
+    print(f"\nwrote {save_json(args.output, info)}")
+    print(f"wrote {plot(noop, docs, args.output)}")
 
 
 if __name__ == "__main__":
