@@ -88,15 +88,16 @@ def install(gate: ViewerGate) -> None:
         command = gate.next_command()
         if command is None:
             return
-        logger.info("viewer gate: %s (viewer last seen %s)", command,
-                    "never" if gate.last_viewed is None
-                    else f"{gate.clock() - gate.last_viewed:.1f} s ago")
         try:
             await events.io_loop.run_in_executor(None, getattr(events.capp.control, command))
-        except OperationalError as exc:
+        except (OperationalError, OSError) as exc:  # broker unreachable: as Flower's own
             logger.warning("viewer gate: %s failed: %s", command, exc)
             if command == "disable_events":
                 gate.events_on = True  # try again on the next tick
+            return
+        logger.info("viewer gate: %s sent (viewer last seen %s)", command,
+                    "never" if gate.last_viewed is None
+                    else f"{gate.clock() - gate.last_viewed:.1f} s ago")
 
     BaseHandler.get_current_user = get_current_user
     # Events.__init__ binds self.on_enable_events into its PeriodicCallback: patched before

@@ -84,11 +84,14 @@ def test_events_flow_only_while_someone_views_flower(make_stack, measure):
         stack.wait_worker_ready("w1", worker)
         wait_until(lambda: events.worker_events, timeout=30, what="the receiver gets events")
 
-        def gate_said(command: str, times: int = 1) -> bool:
-            return flower.log().count(f"viewer gate: {command}") >= times
+        def gate_sent(command: str, times: int = 1) -> bool:
+            return flower.log().count(f"viewer gate: {command} sent") >= times
+
+        def worker_said(what: str) -> int:  # celery/worker/control.py logs each switch
+            return worker.log().count(f"Events of group {{task}} {what} by remote.")
 
         # Flower's first tick, after the refused requests: a plain Flower would enable here.
-        wait_until(lambda: gate_said("disable_events"), timeout=30,
+        wait_until(lambda: gate_sent("disable_events"), timeout=30,
                    what="Flower's first tick switches events off")
         unwatched = events.app.send_task("celery.accumulate", args=[1], queue="default")
         wait_until(lambda: f"[{unwatched.id}] succeeded" in worker.log(), timeout=30,
@@ -100,8 +103,8 @@ def test_events_flow_only_while_someone_views_flower(make_stack, measure):
             assert response.ok, response.text
             return response
 
-        wait_until(lambda: view() and gate_said("enable_events"), timeout=30, interval=0.5,
-                   what="a viewer switches events on")
+        wait_until(lambda: view() and worker_said("enabled"), timeout=30, interval=0.5,
+                   what="a viewer switches the worker's events on")
         watched = events.app.send_task("celery.accumulate", args=[2], queue="default")
         wait_until(lambda: view().json().get(watched.id, {}).get("state") == "SUCCESS",
                    timeout=30, interval=0.5, what="Flower lists the watched task as done")
@@ -110,8 +113,8 @@ def test_events_flow_only_while_someone_views_flower(make_stack, measure):
         assert events.types(unwatched.id) == []
 
         # The viewer leaves: after the idle window the next tick switches events off once.
-        wait_until(lambda: gate_said("disable_events", 2), timeout=IDLE_S + 15,
-                   what="events off after the idle window")
+        wait_until(lambda: worker_said("disabled"), timeout=IDLE_S + 15,
+                   what="the worker's events off after the idle window")
         left = events.app.send_task("celery.accumulate", args=[3], queue="default")
         wait_until(lambda: f"[{left.id}] succeeded" in worker.log(), timeout=30,
                    what="the task after the viewer left runs")
@@ -120,7 +123,8 @@ def test_events_flow_only_while_someone_views_flower(make_stack, measure):
         wait_until(lambda: events.worker_events >= heartbeats + 2, timeout=15,
                    what="two more worker heartbeats")
         assert events.types(left.id) == []
-        assert gate_said("disable_events", 2) and not gate_said("disable_events", 3)
+        assert worker_said("enabled") == 1 and worker_said("disabled") == 1
+        assert gate_sent("disable_events", 2) and not gate_sent("disable_events", 3)
         measure(flower_gate_idle_s=IDLE_S)
     finally:
         events.close()
