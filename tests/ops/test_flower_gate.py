@@ -2,12 +2,14 @@
 
 A real Flower started by ``manage.py flower``, a real worker and a real Celery event receiver:
 nobody viewing, the worker sends no task events though Flower runs; authenticated requests
-to Flower's API switch them on and Flower lists the tasks; after the idle window they go off.
+to Flower's API switch them on and Flower lists the tasks; after the idle window they go off;
+a Flower killed while viewed has them switched off by its restart.
 """
 
 from __future__ import annotations
 
 import inspect
+import signal
 import sys
 
 import pytest
@@ -20,7 +22,7 @@ from tornado import web
 
 from apps.ops import flower_gate
 from tests.documents.test_task_states import EventLog
-from tests.procs import ROOT, free_port, spawn, wait_until
+from tests.procs import ROOT, Proc, free_port, spawn, wait_until
 
 AUTH = ("viewer", "viewer-password-1")
 IDLE_S = 3  # the test's idle window, through the setting
@@ -69,14 +71,19 @@ def test_events_flow_only_while_someone_views_flower(make_stack, measure):
     events = EventLog(stack.redis.url)
     try:
         worker = stack.start_worker("w1", concurrency=1, wait=False)
-        port = free_port()
-        flower = spawn("flower", [sys.executable, str(ROOT / "manage.py"), "flower",
-                                  "--address", "127.0.0.1", "--port", str(port)],
-                       env=stack.env, log_dir=stack.log_dir)
-        stack.procs.append(flower)
-        base = f"http://127.0.0.1:{port}"
-        wait_until(lambda: requests.get(base + "/healthcheck", timeout=2).ok, timeout=60,
-                   what="Flower answers")
+
+        def start_flower(name: str) -> tuple[Proc, str]:
+            port = free_port()
+            proc = spawn(name, [sys.executable, str(ROOT / "manage.py"), "flower",
+                                "--address", "127.0.0.1", "--port", str(port)],
+                         env=stack.env, log_dir=stack.log_dir)
+            stack.procs.append(proc)
+            base = f"http://127.0.0.1:{port}"
+            wait_until(lambda: requests.get(base + "/healthcheck", timeout=2).ok, timeout=60,
+                       what=f"{name} answers")
+            return proc, base
+
+        flower, base = start_flower("flower")
         # Basic auth stays on, and a refused request is no viewer.
         assert requests.get(base + "/api/tasks", timeout=5).status_code == 401
         assert requests.get(base + "/api/tasks", auth=("viewer", "wrong"),
@@ -125,6 +132,16 @@ def test_events_flow_only_while_someone_views_flower(make_stack, measure):
         assert events.types(left.id) == []
         assert worker_said("enabled") == 1 and worker_said("disabled") == 1
         assert gate_sent("disable_events", 2) and not gate_sent("disable_events", 3)
+
+        # Flower SIGKILLed while viewed leaves the events on; the supervisor's restart
+        # switches them off on its first tick.
+        wait_until(lambda: view() and worker_said("enabled") == 2, timeout=30, interval=0.5,
+                   what="viewed again: events on")
+        flower.signal(signal.SIGKILL)
+        flower.wait_exit(timeout=10)
+        flower, base = start_flower("flower-restarted")
+        wait_until(lambda: worker_said("disabled") == 2, timeout=30,
+                   what="the restarted Flower switches the events off")
         measure(flower_gate_idle_s=IDLE_S)
     finally:
         events.close()
