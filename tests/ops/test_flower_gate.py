@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import signal
+import subprocess
 import sys
 
 import pytest
@@ -62,6 +63,14 @@ def test_the_pinned_flower_internals_the_hooks_rely_on():
     assert "@web.authenticated" in inspect.getsource(flower_api_tasks.ListTasks)
     # manage.py flower runs Flower's own command, which builds Flower (and its Events) there.
     assert "Flower(capp=app" in inspect.getsource(flower_command.flower.callback)
+    # Flower reads FLOWER_* variables as its own options: the gate's setting must not be one.
+    assert not flower_command.is_flower_envvar("FLOWER_VIEWER_IDLE_S")
+
+
+def test_a_bad_port_is_refused_before_flower_starts():
+    out = subprocess.run([sys.executable, "manage.py", "flower", "--port", "0"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "--port must be 1-65535" in out.stderr
 
 
 @pytest.mark.processes
