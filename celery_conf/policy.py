@@ -124,8 +124,11 @@ def durable_task_settings(
         # An unknown queue name in a route is a bug, not a reason to invent a queue.
         "task_create_missing_queues": False,
         # --- monitoring -----------------------------------------------------------------
-        # Flower builds its live view from these events.
-        "worker_send_task_events": True,
-        "task_send_sent_event": True,
+        # Task events off (Celery's default): they halved no-op throughput (adr/0014).
+        # Flower switches them on in every worker while it runs (its enable_events control
+        # command, re-sent every 5 s), so its task views fill while someone watches. A site
+        # that wants them always on starts its workers with -E.
+        "worker_send_task_events": False,
+        "task_send_sent_event": False,
     }
     return {f"CELERY_{key.upper()}": value for key, value in settings.items()}

@@ -20,6 +20,13 @@ STOPWORDS = frozenset(
 # A document whose text holds this line fails with a transient error on every attempt: an
 # operator's canary for the retry and failure path on a live site (see README).
 TRANSIENT_FAILURE_CANARY = "#!canary:transient-failure"
+# A document whose text holds the line "#!canary:work-seconds=N" takes N seconds of simulated
+# work instead of DOCUMENTS_PROCESSING_SECONDS: an operator's canary for long documents
+# (longer than the visibility timeout, across deploys), used by loadtests/chaos_soak.py. Capped
+# well below the soft time limit so no submission can hold a pool process for long.
+WORK_SECONDS_CANARY = re.compile(r"^#!canary:work-seconds=(\d{1,3}(?:\.\d{1,3})?)[ \t]*\r?$",
+                                 re.MULTILINE)
+MAX_CANARY_WORK_SECONDS = 120.0
 MAX_FACTS_PER_KIND = 10
 SUMMARY_SENTENCES = 2
 
@@ -46,6 +53,8 @@ def process_text(text: str, *, work_seconds: float = 0.0) -> ProcessingResult:
     words = WORD.findall(text)
     if not words:
         raise PermanentProcessingError("the document contains no words to process")
+    if canary := WORK_SECONDS_CANARY.search(text):
+        work_seconds = min(float(canary.group(1)), MAX_CANARY_WORK_SECONDS)
     _simulate_work(work_seconds)
     facts: list[tuple[str, str]] = []
     for kind, pattern in (("email", EMAIL), ("url", URL), ("number", NUMBER)):

@@ -67,8 +67,8 @@ def document_submit(
 ) -> Document:
     """Store a document and queue its processing; returns once both are durable.
 
-    The row is committed first, then the message is published; Redis (appendfsync always)
-    replies only once the message is on disk. If the broker refuses, the row is removed and
+    The row is committed first, then the message is published; a message lost to a power cut
+    is re-enqueued from the row (adr/0014). If the broker refuses, the row is removed and
     QueueUnavailable is raised, so the caller never acknowledges work that is not queued.
     """
     if transaction.get_connection().in_atomic_block:

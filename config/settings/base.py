@@ -73,12 +73,21 @@ DATABASES = {
         env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'db.sqlite3'}"), conn_max_age=0
     )
 }
+# SQLite's durability in WAL mode (adr/0014). FULL syncs the WAL at every commit, so a row
+# committed before a 202 survives a power cut; NORMAL syncs only at checkpoints and a power
+# cut can roll back the last commits (https://www.sqlite.org/pragma.html#pragma_synchronous).
+# NORMAL exists for loadtests/throughput_comparison.py; PostgreSQL keeps its default
+# synchronous_commit=on, which is already power-cut safe.
+SQLITE_SYNCHRONOUS = env_str("SQLITE_SYNCHRONOUS", "FULL")
+if SQLITE_SYNCHRONOUS not in ("FULL", "NORMAL"):
+    raise ImproperlyConfigured(
+        f"SQLITE_SYNCHRONOUS must be FULL or NORMAL, got {SQLITE_SYNCHRONOUS!r}")
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Several web and worker processes write this file at once: WAL lets readers run beside
     # the writer, IMMEDIATE takes the write lock at BEGIN so two writers queue on the busy
     # timeout instead of failing mid-transaction with "database is locked".
     DATABASES["default"]["OPTIONS"] = {
-        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "init_command": f"PRAGMA journal_mode=WAL; PRAGMA synchronous={SQLITE_SYNCHRONOUS};",
         "transaction_mode": "IMMEDIATE",
         "timeout": 20,
     }
@@ -226,6 +235,16 @@ METERING_DAILY_LIMIT = env_int("METERING_DAILY_LIMIT", 1000)
 # The local candidate's flush period (unused by the others).
 METERING_FLUSH_S = env_float("METERING_FLUSH_S", 2.0)
 
+
+# --- monitoring: Flower (manage.py flower, apps/ops/flower_gate.py, adr/0022) ---------------
+# How long after Flower last answered an authenticated request the workers keep sending task
+# events. Flower's dashboard polls every second while open; its tasks page fetches on each
+# click, so two minutes keeps events on while someone reads a page, and costs at most two
+# minutes of event overhead (0.37x instead of 0.82x vanilla, adr/0015) after they leave.
+FLOWER_VIEWER_IDLE_S = env_int("FLOWER_VIEWER_IDLE_S", 120)
+if FLOWER_VIEWER_IDLE_S <= 0:
+    raise ImproperlyConfigured(
+        f"FLOWER_VIEWER_IDLE_S must be positive, got {FLOWER_VIEWER_IDLE_S}")
 
 # --- durable tasks: the one place each timing is read (defaults and reasons: policy.py) ------
 def celery_settings(redis_url: str) -> dict[str, object]:

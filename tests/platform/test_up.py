@@ -61,7 +61,7 @@ def test_platform_up_starts_everything_reports_twice_and_stops_on_ctrl_c(tmp_pat
         assert "alive: 2" in runs["Status"].stdout
         assert "leader" in runs["Beat"].stdout
         assert re.search(r"^beat:beat1\s+RUNNING", runs["Processes"].stdout, re.MULTILINE)
-        assert re.search(r"^  appendfsync\s+always$", runs["Status"].stdout, re.MULTILINE)
+        assert re.search(r"^  appendfsync\s+everysec$", runs["Status"].stdout, re.MULTILINE)
         assert re.search(r"^  maxmemory_policy\s+noeviction$", runs["Status"].stdout, re.MULTILINE)
         ready = requests.get(printed_command(text, "Health"), timeout=10)
         assert ready.status_code == 200, ready.text
