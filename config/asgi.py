@@ -15,11 +15,12 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.development")
 
 from apps.stream_front import with_streams  # noqa: E402  (needs the settings loaded above)
 
-# Outermost: the body limit, before anything reads a byte; then SSE streams before Django's
-# handler (adr/0018); then Django.
-application = BodyLimitMiddleware(
-    with_streams(get_asgi_application()),
+# Outermost: SSE streams, before Django's handler (adr/0018); they are GET only and never read
+# a body, and the hub writes to their sockets directly, so nothing may wrap their ``send``.
+# Then the body limit, before anything reads a byte; then Django.
+application = with_streams(BodyLimitMiddleware(
+    get_asgi_application(),
     max_body_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE,
     message=too_large_message(max_body_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE,
                               max_document_bytes=settings.DOCUMENTS_MAX_BYTES),
-)
+))

@@ -75,8 +75,10 @@ def test_a_bad_port_is_refused_before_flower_starts():
 
 @pytest.mark.processes
 def test_events_flow_only_while_someone_views_flower(make_stack, measure):
+    # The worker logs each task's "succeeded" line (off by default): the test waits on it.
     stack = make_stack(env={"FLOWER_BASIC_AUTH": ":".join(AUTH),
-                            "FLOWER_VIEWER_IDLE_S": str(IDLE_S)})
+                            "FLOWER_VIEWER_IDLE_S": str(IDLE_S),
+                            "CELERY_TASK_LOG_LEVEL": "INFO"})
     events = EventLog(stack.redis.url)
     try:
         worker = stack.start_worker("w1", concurrency=1, wait=False)
