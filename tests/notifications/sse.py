@@ -86,7 +86,8 @@ class SSEClient:
             self.ready.clear()
             self._stop.wait(0.2)  # the browser's retry delay, shortened
 
-    def _connect_once(self) -> None:
+    def _open(self) -> http.client.HTTPConnection:
+        """A connection to the server (a subclass may connect otherwise, e.g. over TLS)."""
         parts = urlsplit(self.base)
         conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
         if self.small_buffer:
@@ -95,6 +96,13 @@ class SSEClient:
             sock.settimeout(60)
             sock.connect((parts.hostname, parts.port))
             conn.sock = sock
+        return conn
+
+    def _ended(self) -> None:
+        """Called when a stream ends, however it ended."""
+
+    def _connect_once(self) -> None:
+        conn = self._open()
         self._conn = conn
         headers = {"Cookie": self.cookie, "Accept": "text/event-stream"}
         if self.cursor:
@@ -110,6 +118,7 @@ class SSEClient:
         finally:
             conn.close()
             self._conn = None
+            self._ended()
 
     def _read(self, response: http.client.HTTPResponse) -> None:
         worker = 0

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import redis
 
 from apps.events.bus import publish_with
-from tests.notifications.sse import STREAM_PATH, SSEClient
+from tests.notifications.sse import SSEClient
 
 
 @dataclass
@@ -26,27 +26,14 @@ class TLSSSEClient(SSEClient):
     cafile: str = ""
     ended_at: list[float] = field(default_factory=list)  # time.time() when a stream ended
 
-    def _connect_once(self) -> None:
+    def _open(self) -> http.client.HTTPConnection:
         parts = urlsplit(self.base)
         context = ssl.create_default_context(cafile=self.cafile)
-        conn = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=60,
+        return http.client.HTTPSConnection(parts.hostname, parts.port, timeout=60,
                                            context=context)
-        self._conn = conn
-        headers = {"Cookie": self.cookie, "Accept": "text/event-stream"}
-        if self.cursor:
-            headers["Last-Event-ID"] = self.cursor
-        try:
-            conn.request("GET", STREAM_PATH, headers=headers)
-            response = conn.getresponse()
-            self.statuses.append(response.status)
-            if response.status != 200:
-                response.read()
-                return
-            self._read(response)
-        finally:
-            conn.close()
-            self._conn = None
-            self.ended_at.append(time.time())
+
+    def _ended(self) -> None:
+        self.ended_at.append(time.time())
 
     def numbers(self) -> list[int]:
         return [int(e.data["message"].split()[-1]) for e in self.of_kind("broadcast")]
