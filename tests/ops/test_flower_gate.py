@@ -126,7 +126,9 @@ def test_events_flow_only_while_someone_views_flower(make_stack, measure):
         watched = events.app.send_task("celery.accumulate", args=[2], queue="default")
         wait_until(lambda: view().json().get(watched.id, {}).get("state") == "SUCCESS",
                    timeout=30, interval=0.5, what="Flower lists the watched task as done")
-        assert "task-succeeded" in events.types(watched.id)
+        # Flower and this receiver consume the events separately: wait for ours as well.
+        wait_until(lambda: "task-succeeded" in events.types(watched.id), timeout=15,
+                   what="the receiver gets the watched task's success too")
         # Events reach the receiver in order from one worker: the unwatched task sent none.
         assert events.types(unwatched.id) == []
 
