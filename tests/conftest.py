@@ -82,6 +82,14 @@ def make_stack(
             print(stack.logs())
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that builds a Stack starts real processes: mark it so, whether or not its
+    module says it, so ``-m "not processes"`` selects exactly the in-process tests."""
+    for item in items:
+        if "make_stack" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.processes)
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Any:
     report = yield
