@@ -42,6 +42,7 @@ def reconciler_runs(stack: Any) -> list[tuple[int, int]]:
             if (m := RECONCILED.search(r[0]))]
 
 
+@pytest.mark.all_configs
 def test_documents_whose_messages_redis_lost_are_finished_by_the_reconciler(make_stack,
                                                                            measure):
     stack = make_stack(env={**FAST_LEASES, **FAST_RECONCILER,

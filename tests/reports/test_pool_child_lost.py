@@ -23,6 +23,7 @@ pytestmark = pytest.mark.processes
 DIGEST = "reports.daily_digest"
 
 
+@pytest.mark.all_configs
 def test_a_run_whose_pool_child_was_killed_is_marked_lost(make_stack, measure):
     stack = make_stack(env=FAST_LEASES)
     with stack.db() as conn:
