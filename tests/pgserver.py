@@ -135,7 +135,8 @@ class PostgresServer:
 
     @contextmanager
     def db(self, dbname: str) -> Iterator[PgConnection]:
-        conn = self.connect(dbname, row_factory=_row_factory, options="-c TimeZone=UTC")
+        conn = self.connect(dbname, row_factory=_row_factory, options="-c TimeZone=UTC",
+                            application_name="tests")
         # Timestamps as the text Django keeps in SQLite (UTC, no offset, microseconds), so a
         # test reads them the same way on both engines.
         conn.adapters.register_loader("timestamptz", SqliteStyleTimestamp)

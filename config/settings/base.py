@@ -79,9 +79,28 @@ DATABASES = {
 # connection's application_name, so an operator can count connections per process type
 # (SELECT application_name, count(*) FROM pg_stat_activity GROUP BY 1; README, "Database").
 PROCESS_KIND = process_kind(sys.argv)
+# PostgreSQL connections a web worker process holds at most (adr/0024). Django serves each
+# request's sync part on a thread of its own, so without a pool a web process opens one
+# connection per request in flight: measured 16 for 16 concurrent clients, however few
+# processes, and max_connections (100) is reached by load alone. With the pool, requests
+# beyond this many wait for a connection (DATABASE_POOL_TIMEOUT_S), and the connections are
+# reused instead of paying a connect and scram-sha-256 handshake (~11 ms measured) each.
+# 0 turns the pool off (one connection per request in flight; kept for the benchmark).
+DATABASE_WEB_POOL_SIZE = env_int("DATABASE_WEB_POOL_SIZE", 4)
+# How long a request waits for a pooled connection before it fails (503, not a hang).
+DATABASE_POOL_TIMEOUT_S = env_float("DATABASE_POOL_TIMEOUT_S", 10.0)
+# A pooled connection idle this long is closed: a quiet web process holds none.
+DATABASE_POOL_MAX_IDLE_S = env_float("DATABASE_POOL_MAX_IDLE_S", 60.0)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-    DATABASES["default"].setdefault("OPTIONS", {})["application_name"] = (
-        f"platform-{PROCESS_KIND}")
+    options = DATABASES["default"].setdefault("OPTIONS", {})
+    options["application_name"] = f"platform-{PROCESS_KIND}"
+    if PROCESS_KIND == "web" and DATABASE_WEB_POOL_SIZE > 0:
+        # Only the web: a Celery prefork pool process runs one task at a time and Celery
+        # closes its connection (and any pool) after each task; beat, Flower and commands
+        # hold at most one, briefly.
+        options["pool"] = {"min_size": 0, "max_size": DATABASE_WEB_POOL_SIZE,
+                           "timeout": DATABASE_POOL_TIMEOUT_S,
+                           "max_idle": DATABASE_POOL_MAX_IDLE_S}
 # SQLite's durability in WAL mode (adr/0014). FULL syncs the WAL at every commit, so a row
 # committed before a 202 survives a power cut; NORMAL syncs only at checkpoints and a power
 # cut can roll back the last commits (https://www.sqlite.org/pragma.html#pragma_synchronous).

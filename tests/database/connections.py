@@ -28,7 +28,7 @@ def connections_now(stack: Stack) -> Counter[str]:
     with stack.postgres.server.connect(autocommit=True) as conn:
         rows = conn.execute(
             "SELECT application_name, count(*) FROM pg_stat_activity WHERE datname = %s "
-            "AND pid <> pg_backend_pid() GROUP BY 1", (stack.db_name,)).fetchall()
+            "AND application_name <> 'tests' GROUP BY 1", (stack.db_name,)).fetchall()
     return Counter({name.removeprefix("platform-"): n for name, n in rows})
 
 
@@ -80,19 +80,28 @@ class LoadResult:
     idle_after: dict[str, int]
     samples: int
     accepted: int
+    latency_ms_p50: float
+    latency_ms_p99: float
     streams: int
     seconds: float
 
 
-def submit_burst(clients: list[Client], documents: int) -> int:
-    """``documents`` submissions, one client per thread; returns how many got 202."""
-    def one(n: int) -> int:
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values) or [float("nan")]
+    return ordered[min(len(ordered) - 1, int(len(ordered) * p / 100))]
+
+
+def submit_burst(clients: list[Client], documents: int) -> list[float]:
+    """``documents`` submissions, one client per thread; the latency (ms) of each 202."""
+    def one(n: int) -> float | None:
+        started = time.perf_counter()
         response = clients[n % len(clients)].post(
             "/api/documents/", json={"title": f"burst {n}", "text": f"Burst document {n}."})
-        return int(response.status_code == 202)
+        ms = (time.perf_counter() - started) * 1000
+        return ms if response.status_code == 202 else None
 
     with ThreadPoolExecutor(max_workers=len(clients)) as pool:
-        return sum(pool.map(one, range(documents)))
+        return [ms for ms in pool.map(one, range(documents)) if ms is not None]
 
 
 def measure_load(stack: Stack, *, web_workers: int, clients: int, documents: int,
@@ -101,15 +110,14 @@ def measure_load(stack: Stack, *, web_workers: int, clients: int, documents: int
     clients with ``streams`` event streams open, until every document is done; then idle."""
     web = stack.start_web(workers=web_workers)
     sessions = [web.session() for _ in range(clients)]
-    wait_until(lambda: not connections_now(stack).get("web"), timeout=10,
-               what="no web connection left from the logins")
-    idle_before = connections_now(stack)
+    [idle_before] = wait_until(lambda: _settled(stack), timeout=30, what="connections settle")
     cookie = "sessionid=" + sessions[0].http.cookies["sessionid"]
     socks = open_streams(web.base, cookie, streams)
     started = time.monotonic()
     try:
         with Sampler(stack) as sampler:
-            accepted = submit_burst(sessions, documents)
+            latencies = submit_burst(sessions, documents)
+            accepted = len(latencies)
             wait_until(lambda: stack.query(
                 "SELECT count(*) FROM documents_document WHERE state IN ('done', 'failed')"
             )[0][0] == accepted, timeout=180, what="every document finished")
@@ -119,7 +127,9 @@ def measure_load(stack: Stack, *, web_workers: int, clients: int, documents: int
     [idle_after] = wait_until(lambda: _settled(stack), timeout=30, what="connections settle")
     return LoadResult(idle_before=dict(idle_before), peak=dict(sampler.peak),
                       idle_after=dict(idle_after), samples=sampler.samples,
-                      accepted=accepted, streams=streams, seconds=round(seconds, 1))
+                      accepted=accepted, latency_ms_p50=round(percentile(latencies, 50), 1),
+                      latency_ms_p99=round(percentile(latencies, 99), 1), streams=streams,
+                      seconds=round(seconds, 1))
 
 
 def _settled(stack: Stack) -> list[Counter[str]]:
