@@ -10,6 +10,7 @@ backup's directory is named by its slot, so a slot delivered twice is backed up 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -116,9 +117,11 @@ def _database_backup(directory: Path) -> dict[str, Any]:
         return {"engine": "sqlite", "file": SQLITE_FILE, "bytes": target.stat().st_size}
     if conf["ENGINE"] == "django.db.backends.postgresql":
         target = directory / PG_DUMP_FILE
-        subprocess.run(["pg_dump", "--format=custom", f"--file={target}", _pg_url(conf)],
-                       check=True, capture_output=True, timeout=3600)
-        return {"engine": "postgresql", "file": PG_DUMP_FILE, "bytes": target.stat().st_size}
+        # Custom format: compressed, and pg_restore can --clean and restore in one transaction.
+        _pg_run("pg_dump", "--format=custom", f"--file={target}", "--no-password",
+                "--dbname", str(conf["NAME"]))
+        return {"engine": "postgresql", "file": PG_DUMP_FILE, "bytes": target.stat().st_size,
+                "server_version": _pg_major()}
     raise BackupError(f"no backup method for {conf['ENGINE']}")
 
 
@@ -141,10 +144,18 @@ def _database_restore(backup: Path, *, force: bool) -> dict[str, Any]:
             source.close()
         return {"engine": "sqlite", "file": str(target)}
     if conf["ENGINE"] == "django.db.backends.postgresql":
-        subprocess.run(["pg_restore", "--clean", "--if-exists", "--no-owner",
-                        f"--dbname={_pg_url(conf)}", str(backup / PG_DUMP_FILE)],
-                       check=True, capture_output=True, timeout=3600)
-        return {"engine": "postgresql"}
+        connection = connections["default"]
+        with connection.cursor():
+            tables = connection.introspection.table_names()
+        if tables and not force:
+            raise BackupError(f"database {conf['NAME']!r} on {conf['HOST']} has "
+                              f"{len(tables)} table(s); pass --force to replace them")
+        connections.close_all()
+        # All or nothing: a restore cut short leaves the database as it was.
+        _pg_run("pg_restore", "--clean", "--if-exists", "--no-owner", "--no-password",
+                "--single-transaction", "--exit-on-error", "--dbname", str(conf["NAME"]),
+                str(backup / PG_DUMP_FILE))
+        return {"engine": "postgresql", "database": str(conf["NAME"]), "host": conf["HOST"]}
     raise BackupError(f"no restore method for {conf['ENGINE']}")
 
 
@@ -162,6 +173,30 @@ def _aof_copy(source: Path, target: Path) -> list[str]:
     raise AssertionError("unreachable")
 
 
-def _pg_url(conf: dict[str, Any]) -> str:
-    return (f"postgresql://{conf['USER']}:{conf['PASSWORD']}@{conf['HOST']}:"
-            f"{conf['PORT'] or 5432}/{conf['NAME']}")
+def _pg_major() -> int:
+    connection = connections["default"]
+    connection.ensure_connection()
+    return int(connection.pg_version) // 10000
+
+
+def _pg_run(program: str, *args: str) -> None:
+    """Run a PostgreSQL client of the server's major version (pg_dump refuses a newer
+    server, and a newer pg_dump's archive an older pg_restore), with the host, port, user and
+    password of DATABASE_URL in its environment: never on its command line, which any local
+    user can read in ``ps``."""
+    conf = settings.DATABASES["default"]
+    major = _pg_major()
+    binary = settings.POSTGRES_CLIENT_ROOT / str(major) / "bin" / program
+    if not binary.exists():
+        raise BackupError(f"{binary} is missing: the server is PostgreSQL {major}; install "
+                          f"postgresql-client-{major}")
+    env = {**os.environ, "PGHOST": str(conf["HOST"]), "PGPORT": str(conf["PORT"] or 5432),
+           "PGUSER": str(conf["USER"]), "PGPASSWORD": str(conf["PASSWORD"]),
+           "PGAPPNAME": "platform-backup"}
+    sslmode = conf.get("OPTIONS", {}).get("sslmode")
+    if sslmode:
+        env["PGSSLMODE"] = str(sslmode)
+    result = subprocess.run([str(binary), *args], env=env, capture_output=True, text=True,
+                            timeout=settings.BACKUP_DATABASE_TIMEOUT_S)
+    if result.returncode != 0:
+        raise BackupError(f"{program} failed ({result.returncode}): {result.stderr[-2000:]}")

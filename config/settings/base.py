@@ -192,6 +192,11 @@ READYZ_MAX_QUEUE_AGE_S = env_int("READYZ_MAX_QUEUE_AGE_S", 600)
 # newest BACKUP_KEEP are kept so the disk cannot fill (about 2x data size x BACKUP_KEEP).
 BACKUP_DIR = Path(env_str("BACKUP_DIR", str(VAR_DIR / "backups")))
 BACKUP_KEEP = env_int("BACKUP_KEEP", 7)
+# PostgreSQL's client programs as the OS packages install them, one directory per major
+# version (<root>/<major>/bin/pg_dump): backups use the one matching the server's version.
+POSTGRES_CLIENT_ROOT = Path(env_str("POSTGRES_CLIENT_ROOT", "/usr/lib/postgresql"))
+# The longest a database dump or restore may take before the backup fails.
+BACKUP_DATABASE_TIMEOUT_S = env_int("BACKUP_DATABASE_TIMEOUT_S", 3600)
 # Redis's data directory, where the backup copies the append-only file from.
 REDIS_DATA_DIR = Path(env_str("REDIS_DATA_DIR", str(VAR_DIR / "redis")))
 
