@@ -96,6 +96,34 @@ ENV
   write_platform_env
 }
 
+# PostgreSQL instead of SQLite, when PLATFORM_DATABASE=postgres: the project's own cluster in
+# var/postgres (platform/postgres: an unprivileged user, passwords only, loopback), its
+# password generated once into var/postgres.password, DATABASE_URL pointing at it.
+ensure_postgres() {
+  [ "${PLATFORM_DATABASE:-sqlite}" = postgres ] || return 0
+  ensure_system_packages postgresql
+  local dir="$PLATFORM_VAR_DIR/postgres" pwfile="$PLATFORM_VAR_DIR/postgres.password"
+  mkdir -p "$PLATFORM_VAR_DIR"
+  export POSTGRES_PORT="${POSTGRES_PORT:-5433}"
+  if [ ! -f "$pwfile" ]; then (umask 077; random_secret > "$pwfile"); fi
+  POSTGRES_PASSWORD="$(cat "$pwfile")"
+  export POSTGRES_PASSWORD POSTGRES_DB=platform
+  if [ ! -f "$dir/data/PG_VERSION" ]; then
+    say "creating the PostgreSQL cluster in $dir"
+    "$PLATFORM_ROOT/platform/postgres" init "$dir"
+  fi
+  if ! "$PLATFORM_ROOT/platform/postgres" status "$dir" >/dev/null 2>&1; then
+    say "starting PostgreSQL on 127.0.0.1:$POSTGRES_PORT"
+    "$PLATFORM_ROOT/platform/postgres" start "$dir" 127.0.0.1 "$POSTGRES_PORT"
+  fi
+  export DATABASE_URL="postgres://platform:${POSTGRES_PASSWORD}@127.0.0.1:${POSTGRES_PORT}/platform"
+}
+
+stop_postgres() {
+  [ "${PLATFORM_DATABASE:-sqlite}" = postgres ] || return 0
+  "$PLATFORM_ROOT/platform/postgres" stop "$PLATFORM_VAR_DIR/postgres" || true
+}
+
 # var/platform.env: the environment of the running platform, rewritten at every start, so that
 # a bare `.venv/bin/python manage.py ...` reaches it (manage.py reads it: apps/ops/envfile.py).
 write_platform_env() {
@@ -107,6 +135,7 @@ DJANGO_SECRET_KEY=$DJANGO_SECRET_KEY
 PLATFORM_VAR_DIR=$PLATFORM_VAR_DIR
 REDIS_URL=$REDIS_URL
 FLOWER_BASIC_AUTH=$FLOWER_BASIC_AUTH
+${DATABASE_URL:+DATABASE_URL=$DATABASE_URL}
 ENV
   umask 022
 }
