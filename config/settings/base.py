@@ -48,6 +48,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, so it sees the views' exceptions first: a pool timeout is 503, not 500.
+    "apps.ops.database_busy.DatabaseBusyMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
