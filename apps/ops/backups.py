@@ -27,6 +27,10 @@ AOF_DIR_NAME = "appendonlydir"  # Redis 7's multi-part AOF directory (appenddirn
 SQLITE_FILE = "db.sqlite3"
 PG_DUMP_FILE = "db.pgdump"
 MANIFEST = "manifest.json"
+# libpq's TLS connection options (dj-database-url puts them in OPTIONS) and the environment
+# variables pg_dump and pg_restore read them from.
+LIBPQ_TLS_ENV = {"sslmode": "PGSSLMODE", "sslrootcert": "PGSSLROOTCERT", "sslcert": "PGSSLCERT",
+                 "sslkey": "PGSSLKEY", "sslcrl": "PGSSLCRL"}
 # A rewrite can replace the AOF files while they are copied; copy again a few times.
 AOF_COPY_ATTEMPTS = 3
 
@@ -193,9 +197,11 @@ def _pg_run(program: str, *args: str) -> None:
     env = {**os.environ, "PGHOST": str(conf["HOST"]), "PGPORT": str(conf["PORT"] or 5432),
            "PGUSER": str(conf["USER"]), "PGPASSWORD": str(conf["PASSWORD"]),
            "PGAPPNAME": "platform-backup"}
-    sslmode = conf.get("OPTIONS", {}).get("sslmode")
-    if sslmode:
-        env["PGSSLMODE"] = str(sslmode)
+    # A database on another host is reached as the platform reaches it: with the URL's TLS
+    # options (sslmode=verify-full, sslrootcert, ...), not libpq's unverified default.
+    for option, value in conf.get("OPTIONS", {}).items():
+        if option in LIBPQ_TLS_ENV:
+            env[LIBPQ_TLS_ENV[option]] = str(value)
     result = subprocess.run([str(binary), *args], env=env, capture_output=True, text=True,
                             timeout=settings.BACKUP_DATABASE_TIMEOUT_S)
     if result.returncode != 0:
