@@ -29,8 +29,8 @@ PG_DUMP_FILE = "db.pgdump"
 MANIFEST = "manifest.json"
 # libpq's TLS connection options (dj-database-url puts them in OPTIONS) and the environment
 # variables pg_dump and pg_restore read them from.
-LIBPQ_TLS_ENV = {"sslmode": "PGSSLMODE", "sslrootcert": "PGSSLROOTCERT", "sslcert": "PGSSLCERT",
-                 "sslkey": "PGSSLKEY", "sslcrl": "PGSSLCRL"}
+LIBPQ_TLS_ENV = (("sslmode", "PGSSLMODE"), ("sslrootcert", "PGSSLROOTCERT"),
+                 ("sslcert", "PGSSLCERT"), ("sslkey", "PGSSLKEY"), ("sslcrl", "PGSSLCRL"))
 # A rewrite can replace the AOF files while they are copied; copy again a few times.
 AOF_COPY_ATTEMPTS = 3
 
@@ -199,9 +199,9 @@ def _pg_run(program: str, *args: str) -> None:
            "PGAPPNAME": "platform-backup"}
     # A database on another host is reached as the platform reaches it: with the URL's TLS
     # options (sslmode=verify-full, sslrootcert, ...), not libpq's unverified default.
-    for option, value in conf.get("OPTIONS", {}).items():
-        if option in LIBPQ_TLS_ENV:
-            env[LIBPQ_TLS_ENV[option]] = str(value)
+    options = conf.get("OPTIONS", {})
+    env.update({variable: str(options[option]) for option, variable in LIBPQ_TLS_ENV
+                if option in options})
     result = subprocess.run([str(binary), *args], env=env, capture_output=True, text=True,
                             timeout=settings.BACKUP_DATABASE_TIMEOUT_S)
     if result.returncode != 0:
