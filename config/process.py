@@ -13,11 +13,13 @@ def process_kind(argv: list[str]) -> str:
     """``web`` for uvicorn (its worker processes inherit the parent's argv through
     multiprocessing's spawn), the Celery sub-command for ``celery`` (a prefork pool child is a
     fork of its worker), ``flower`` or ``manage`` for manage.py, else the program's name."""
-    program = Path(argv[0]).name if argv else ""
+    path = Path(argv[0]) if argv and argv[0] not in ("", "-c") else Path("python")
+    # ``python -m celery``: argv[0] is the package's __main__.py.
+    program = path.parent.name if path.name == "__main__.py" else path.name
     if program == "uvicorn":
         return "web"
-    if program in ("celery", "__main__.py"):
+    if program == "celery":
         return next((arg for arg in argv[1:] if arg in CELERY_COMMANDS), "celery")
     if program == "manage.py":
         return "flower" if argv[1:2] == ["flower"] else "manage"
-    return program.removesuffix(".py") or "python"
+    return program.removesuffix(".py")
