@@ -296,8 +296,13 @@ def _documents_with_live_work(document_ids: set[int]) -> set[int]:
         if args and isinstance(args[0], int)
     } & document_ids
     beats = worker_heartbeats(redis_client())
+    # No run outlives the hard time limit (its pool process is killed there). An older run
+    # whose process lives on was cut short by an error it could not record (the database
+    # went away under it): that process has moved on, nothing runs this document.
+    oldest_live = timezone.now() - timedelta(seconds=settings.CELERY_TASK_TIME_LIMIT)
     running = DocumentRun.objects.filter(
         document_id__in=document_ids - live, outcome=Outcome.RUNNING,
+        started_at__gt=oldest_live,
     ).values_list("document_id", "worker", "pid", "started_at")
     for document_id, worker, pid, started_at in running:
         beat = beats.get(worker)

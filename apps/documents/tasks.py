@@ -11,6 +11,7 @@ import os
 
 from celery import shared_task
 from django.conf import settings
+from django.db import InterfaceError, OperationalError
 
 from celery_conf import names
 
@@ -24,7 +25,9 @@ from .services import document_process
     name=names.DOCUMENT_PROCESS,
     bind=True,
     Request="apps.documents.delivery:DocumentRequest",
-    autoretry_for=(TransientProcessingError,),
+    # The database unreachable (a PostgreSQL restart, a network cut to its host) is transient
+    # too: the retry's claim supersedes the run the error cut short.
+    autoretry_for=(TransientProcessingError, OperationalError, InterfaceError),
     max_retries=settings.DOCUMENTS_MAX_RETRIES,
     retry_backoff=settings.DOCUMENTS_RETRY_BACKOFF,
     retry_backoff_max=300,

@@ -100,9 +100,16 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         # Only the web: a Celery prefork pool process runs one task at a time and Celery
         # closes its connection (and any pool) after each task; beat, Flower and commands
         # hold at most one, briefly.
+        # reconnect_timeout: psycopg_pool retries a failed connect with doubling delays (1,
+        # 2, 4, ... s); after a long outage its next try could come minutes after the server
+        # is back. Giving up after one request's wait lets the next request try at once.
         options["pool"] = {"min_size": 0, "max_size": DATABASE_WEB_POOL_SIZE,
                            "timeout": DATABASE_POOL_TIMEOUT_S,
-                           "max_idle": DATABASE_POOL_MAX_IDLE_S}
+                           "max_idle": DATABASE_POOL_MAX_IDLE_S,
+                           "reconnect_timeout": DATABASE_POOL_TIMEOUT_S}
+        # A pooled connection is checked (an empty query) as it is handed out: after a
+        # database restart the dead ones are replaced instead of failing a request each.
+        DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 # SQLite's durability in WAL mode (adr/0014). FULL syncs the WAL at every commit, so a row
 # committed before a 202 survives a power cut; NORMAL syncs only at checkpoints and a power
 # cut can roll back the last commits (https://www.sqlite.org/pragma.html#pragma_synchronous).
