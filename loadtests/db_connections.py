@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import shutil
 import sys
 import tempfile
 import time
@@ -88,6 +89,7 @@ def main() -> None:
                      f"{result.latency_ms_p99} ms), all done in {result.seconds} s")
     finally:
         template.server.stop()
+        shutil.rmtree(base, ignore_errors=True)
 
     print(f"\n{'pool':>5} {'conc':>5} {'type':>7} {'idle':>5} {'peak':>5}")
     for row in results:
