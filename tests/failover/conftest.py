@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests.notifications.conftest import sse_clients  # noqa: F401  (a fixture, re-used)
 from tests.procs import Stack
 from tests.sentinel import SentinelRedis
 
