@@ -52,8 +52,6 @@ LOG_CONNECTIONS = 4
 # not at the next TCP timeout, and the consumer reconnects (through the sentinels).
 BROKER_HEALTH_CHECK_S = 10
 
-SENTINEL_DEFAULT_PORT = 26379
-
 
 @dataclass(frozen=True)
 class RedisTarget:
