@@ -91,7 +91,7 @@ def lost_in_failover(work: Path, *, wait: bool, kills: int,
                 while not stop.is_set():
                     n += 1
                     try:
-                        direct.rpush("seq", n)
+                        direct.rpush("seq", f"{n}:{MESSAGE}")  # a task message's size
                         if wait and direct.execute_command("WAIT", 1, 1000) < 1:
                             continue  # the replica did not confirm: not acknowledged
                     except redis.RedisError:
@@ -112,7 +112,7 @@ def lost_in_failover(work: Path, *, wait: bool, kills: int,
             stop.set()
             thread.join(timeout=10)
             new = group.wait_promotion(old)
-            kept = set(int(v) for v in new.client().lrange("seq", 0, -1))
+            kept = set(int(v.split(":", 1)[0]) for v in new.client().lrange("seq", 0, -1))
             lost = sum(1 for n in acked if n not in kept)
             results.append({"acked": len(acked), "lost": lost})
             progress(f"  wait={wait} lag={lag} kill {k + 1}: {len(acked)} acknowledged, "
@@ -151,7 +151,8 @@ def main() -> None:
     submit: dict[str, object] = {}
     latencies: dict[str, list[float]] = {"async": [], "min_replicas": []}
     for round_ in range(args.rounds):  # alternated: the machine's load drifts
-        for name, overrides in (("async", {}), ("min_replicas", MIN_REPLICAS)):
+        order = [("async", {}), ("min_replicas", MIN_REPLICAS)]
+        for name, overrides in order if round_ % 2 == 0 else order[::-1]:
             progress(f"202 latency of {args.submits} submissions: {name}, round {round_ + 1}")
             stack = Stack(base_dir=work / f"submit-{name}-{round_}", template_db=template,
                           redis_overrides=overrides,
