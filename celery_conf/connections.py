@@ -21,6 +21,7 @@ import redis
 import redis.asyncio as aioredis
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.asyncio.sentinel import SentinelConnectionPool as AsyncSentinelPool
 from redis.backoff import NoBackoff
@@ -122,12 +123,14 @@ def _tls_kwargs(target: RedisTarget) -> dict[str, Any]:
     return kwargs
 
 
-def _sentinel_kwargs(target: RedisTarget, *, timeout: float) -> dict[str, Any]:
+def _sentinel_kwargs(target: RedisTarget, *, timeout: float,
+                     asynchronous: bool = False) -> dict[str, Any]:
     """How a client talks to the sentinels themselves: their password, short timeouts."""
     kwargs: dict[str, Any] = {
         "socket_timeout": min(timeout, SENTINEL_TIMEOUT_S),
         "socket_connect_timeout": min(timeout, SENTINEL_TIMEOUT_S),
-        "retry": Retry(NoBackoff(), 0),  # the next sentinel is the retry
+        # The next sentinel is the retry (redis-py's asyncio clients take their own class).
+        "retry": (AsyncRetry if asynchronous else Retry)(NoBackoff(), 0),
     }
     if target.sentinel_password:
         kwargs["password"] = target.sentinel_password
@@ -177,7 +180,7 @@ def async_subscriber(target: RedisTarget) -> aioredis.Redis:
     """The hub's pub/sub client: no transparent reconnect (a silent resubscribe would hide
     the events missed meanwhile; the hub resyncs its streams instead), no command timeout
     (a subscription waits for messages; the hub PINGs it)."""
-    kwargs: dict[str, Any] = {"decode_responses": True, "retry": Retry(NoBackoff(), 0),
+    kwargs: dict[str, Any] = {"decode_responses": True, "retry": AsyncRetry(NoBackoff(), 0),
                               "socket_connect_timeout": CONNECT_TIMEOUT_S,
                               "socket_keepalive": True}
     if not target.sentinel:
@@ -185,7 +188,8 @@ def async_subscriber(target: RedisTarget) -> aioredis.Redis:
         tls.pop("ssl", None)
         return aioredis.Redis.from_url(target.url, **kwargs, **tls)
     sentinel = AsyncSentinel(list(target.sentinels),
-                             sentinel_kwargs=_sentinel_kwargs(target, timeout=CONNECT_TIMEOUT_S),
+                             sentinel_kwargs=_sentinel_kwargs(target, timeout=CONNECT_TIMEOUT_S,
+                                                              asynchronous=True),
                              password=target.password or None, db=target.db,
                              **kwargs, **_tls_kwargs(target))
     return sentinel.master_for(target.master)
@@ -211,7 +215,8 @@ def async_log_client(target: RedisTarget) -> aioredis.Redis:
         pool = aioredis.BlockingConnectionPool.from_url(target.url, **kwargs, **tls)
         return aioredis.Redis(connection_pool=pool)
     sentinel = AsyncSentinel(list(target.sentinels),
-                             sentinel_kwargs=_sentinel_kwargs(target, timeout=CONNECT_TIMEOUT_S))
+                             sentinel_kwargs=_sentinel_kwargs(target, timeout=CONNECT_TIMEOUT_S,
+                                                              asynchronous=True))
     return sentinel.master_for(target.master, connection_pool_class=_BlockingSentinelPool,
                                password=target.password or None, db=target.db,
                                **kwargs, **_tls_kwargs(target))
