@@ -235,7 +235,16 @@ def broker_url(target: RedisTarget) -> str:
 
 def broker_connection_options(target: RedisTarget) -> dict[str, Any]:
     """The target's part of ``broker_transport_options``, plus ``broker_use_ssl``."""
-    options: dict[str, Any] = {"health_check_interval": BROKER_HEALTH_CHECK_S}
+    options: dict[str, Any] = {
+        "health_check_interval": BROKER_HEALTH_CHECK_S,
+        # kombu passes None (no timeout) unless told: a publish to a primary that is frozen,
+        # or whose host vanished without a reset, would hang the web request until the
+        # primary came back (measured: the whole failover, then a 202 from the old primary).
+        # With it the publish fails, is retried through the sentinels, or answers 503. The
+        # worker's BRPOP waits 1 s at most (kombu's polling interval), well inside it.
+        "socket_timeout": COMMAND_TIMEOUT_S,
+        "socket_connect_timeout": CONNECT_TIMEOUT_S,
+    }
     if target.sentinel:
         options["master_name"] = target.master
         options["sentinel_kwargs"] = _sentinel_kwargs(target, timeout=SENTINEL_TIMEOUT_S)

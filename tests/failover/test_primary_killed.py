@@ -54,6 +54,7 @@ class Submitter:
 
     client: Client
     answers: list[tuple[float, int, int | None]] = field(default_factory=list)
+    answered_at: list[float] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
 
     def run(self) -> None:
@@ -69,7 +70,11 @@ class Submitter:
             except requests.RequestException:
                 status, doc = -1, None  # no answer at all: never an acknowledgement
             self.answers.append((sent, status, doc))
+            self.answered_at.append(time.time())
             time.sleep(0.05)
+
+    def timed(self) -> list[tuple[float, int, int | None, float]]:
+        return [(*a, at) for a, at in zip(self.answers, self.answered_at, strict=False)]
 
     def accepted(self) -> list[int]:
         return [doc for _, status, doc in self.answers if status == 202 and doc is not None]
@@ -144,3 +149,53 @@ def test_primary_sigkilled_under_submissions_loses_and_doubles_nothing(sentinel_
             submissions_resumed_s=round(first_202 - killed_at, 1),
             processing_resumed_s=round(min(finished_after) - killed_at, 1),
             lost_by_failover_reenqueued=requeued, all_done_after_kill_s=round(all_done_s, 1))
+
+
+def test_primary_frozen_past_the_failover_then_thawed_loses_and_doubles_nothing(sentinel_stack,
+                                                                               measure):
+    """SIGSTOP instead of SIGKILL, as a host that stops answering without closing its
+    connections: requests on them hang until their socket timeout (5 s, celery_conf/
+    connections.py), then go through the sentinels to the promoted replica; each gets 202 or
+    503. The old primary stays frozen until submissions flow again, then thaws, runs what
+    was stuck in its sockets and is demoted and resynced, which throws that away."""
+    stack = sentinel_stack(env=ENV)
+    group = stack.redis.group
+    web = stack.start_web(workers=2)
+    workers = [stack.start_worker(f"w{i}") for i in (1, 2)]
+    stack.start_elected_beat("beat1")
+    submitter = Submitter(web.session())
+    thread = threading.Thread(target=submitter.run, daemon=True)
+    thread.start()
+    wait_until(lambda: len(submitter.accepted()) >= 10, timeout=30, what="submissions flow")
+
+    frozen_at = time.time()
+    old = group.kill_primary(signal.SIGSTOP)
+    group.wait_promotion(old)
+    promoted_s = time.time() - frozen_at
+    # Still frozen: requests stuck on it must time out and go to the new primary.
+    wait_until(lambda: sum(1 for sent, status, _ in submitter.answers
+                           if sent > frozen_at + promoted_s and status == 202)
+               >= AFTER_PROMOTION, timeout=60,
+               what="submissions answered 202 by the new primary while the old one is frozen")
+    assert old.proc is not None
+    old.proc.signal(signal.SIGCONT)
+    submitter.stop.set()
+    thread.join(timeout=30)
+    group.wait_replica_synced(old)
+
+    ids = submitter.accepted()
+    wait_until(lambda: all_finished(stack, ids), timeout=FINISH_DEADLINE_S, interval=0.5,
+               what="every acknowledged document finishes after the failover")
+    result = tally(stack, ids)
+    statuses = [status for _, status, _ in submitter.answers]
+    assert set(statuses) <= {202, 503}, f"answers other than 202/503: {sorted(set(statuses))}"
+    assert result.lost == 0 and result.failed == 0, result
+    assert result.doubled == 0, result
+    timed = submitter.timed()
+    first_202 = min(at for sent, status, _, at in timed if sent > frozen_at and status == 202)
+    requeued = sum(int(n) for w in workers for n in REQUEUED.findall(w.log()))
+    measure(**result.as_dict(), answered_503=statuses.count(503),
+            promoted_after_s=round(promoted_s, 1),
+            first_202_after_freeze_s=round(first_202 - frozen_at, 1),
+            reenqueued_by_reconciler=requeued,
+            slowest_answer_s=round(max(at - sent for sent, _, _, at in timed), 1))
