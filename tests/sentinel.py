@@ -160,6 +160,9 @@ class SentinelGroup:
             "REDIS_SENTINEL_MASTER": MASTER_NAME,
             "REDIS_PASSWORD": self.password,
             "REDIS_SENTINEL_PASSWORD": self.sentinel_password,
+            # Where the nightly backup copies the append-only file from: the first primary's
+            # (a backup on a Sentinel host copies that host's own node).
+            "REDIS_DATA_DIR": str(self.nodes[0].dir),
         }
 
     # --- failures ------------------------------------------------------------------------

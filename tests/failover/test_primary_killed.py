@@ -85,7 +85,10 @@ def test_primary_sigkilled_under_submissions_loses_and_doubles_nothing(sentinel_
     group = stack.redis.group
     web = stack.start_web(workers=2)
     workers = [stack.start_worker(f"w{i}") for i in (1, 2)]
-    stack.start_elected_beat("beat1")  # runs the reconciler
+    # Two beats, as the platform runs them: a leader whose lock the failover lost exits
+    # (LeaseLost, for its supervisor to restart) and the standby leads on; a beat runs the
+    # reconciler that brings the lost messages back.
+    beats = [stack.start_elected_beat(f"beat{i}") for i in (1, 2)]
     submitter = Submitter(web.session())
     thread = threading.Thread(target=submitter.run, daemon=True)
     thread.start()
@@ -144,7 +147,9 @@ def test_primary_sigkilled_under_submissions_loses_and_doubles_nothing(sentinel_
     assert platform_clients == [], platform_clients
     assert group.primary() is new
 
+    assert any(b.alive() for b in beats), "no beat left to lead"
     measure(**result.as_dict(), answered_503=statuses.count(503),
+            beats_exited=sum(1 for b in beats if not b.alive()),
             promoted_after_s=round(promoted_s, 1),
             submissions_resumed_s=round(first_202 - killed_at, 1),
             processing_resumed_s=round(min(finished_after) - killed_at, 1),
@@ -162,7 +167,7 @@ def test_primary_frozen_past_the_failover_then_thawed_loses_and_doubles_nothing(
     group = stack.redis.group
     web = stack.start_web(workers=2)
     workers = [stack.start_worker(f"w{i}") for i in (1, 2)]
-    stack.start_elected_beat("beat1")
+    beats = [stack.start_elected_beat(f"beat{i}") for i in (1, 2)]  # as above
     submitter = Submitter(web.session())
     thread = threading.Thread(target=submitter.run, daemon=True)
     thread.start()
@@ -194,7 +199,9 @@ def test_primary_frozen_past_the_failover_then_thawed_loses_and_doubles_nothing(
     timed = submitter.timed()
     first_202 = min(at for sent, status, _, at in timed if sent > frozen_at and status == 202)
     requeued = sum(int(n) for w in workers for n in REQUEUED.findall(w.log()))
+    assert any(b.alive() for b in beats), "no beat left to lead"
     measure(**result.as_dict(), answered_503=statuses.count(503),
+            beats_exited=sum(1 for b in beats if not b.alive()),
             promoted_after_s=round(promoted_s, 1),
             first_202_after_freeze_s=round(first_202 - frozen_at, 1),
             reenqueued_by_reconciler=requeued,
