@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from apps.reports import services
 from apps.reports.models import JobRun
-from celery_conf.connections import redis_client
+from celery_conf.connections import RedisTarget, redis_client
 from celery_conf.inflight import HEARTBEAT_KEY_PREFIX
 from scheduler.tables import JOBS
 
@@ -25,7 +25,7 @@ ROLLUP, DIGEST = "reports.usage_rollup", "reports.daily_digest"
 @pytest.fixture
 def heartbeats(make_stack, settings):
     stack = make_stack()
-    settings.REDIS_URL = stack.redis.url
+    settings.REDIS = RedisTarget(url=str(stack.redis.url))  # redis_client() derives from it
     redis_client.cache_clear()
     client = stack.redis.client()
 
@@ -80,7 +80,7 @@ def test_a_skip_job_says_its_slot_is_lost(heartbeats):
 
 
 def test_nothing_is_marked_when_redis_cannot_tell(settings):
-    settings.REDIS_URL = "redis://:x@127.0.0.1:9/0"  # closed port
+    settings.REDIS = RedisTarget(url="redis://:x@127.0.0.1:9/0")  # closed port
     redis_client.cache_clear()
     try:
         run = running(ROLLUP, 1, "gone@h", 300)
