@@ -90,11 +90,47 @@ ENV
   export WEB_WORKERS="${WEB_WORKERS:-2}"
   export CELERY_WORKERS="${CELERY_WORKERS:-2}"
   export CELERY_CONCURRENCY="${CELERY_CONCURRENCY:-2}"
-  export REDIS_URL="redis://:${REDIS_PASSWORD}@127.0.0.1:${REDIS_PORT}/0"
   export FLOWER_BASIC_AUTH="${FLOWER_USER}:${FLOWER_PASSWORD}"
   export DJANGO_SETTINGS_MODULE="${DJANGO_SETTINGS_MODULE:-config.settings.development}"
+  export_roles
+  export PLATFORM_HOST_NAME="${PLATFORM_HOST_NAME:-$(hostname)}"
+  # Addresses this host listens on: loopback unless told otherwise (several hosts: README).
+  export WEB_HOST="${WEB_HOST:-127.0.0.1}"
+  export REDIS_BIND="${REDIS_BIND:-127.0.0.1}"
+  if has_role data; then
+    # This host runs Redis: its own, on the first address it binds (the password is ours).
+    export REDIS_URL="redis://:${REDIS_PASSWORD}@${REDIS_BIND%% *}:${REDIS_PORT}/0"
+  elif [ -z "${REDIS_URL:-}" ] || [ -z "${DATABASE_URL:-}" ]; then
+    echo "platform: PLATFORM_ROLES=$PLATFORM_ROLES has no 'data': set REDIS_URL and" \
+      "DATABASE_URL to the data host's Redis and PostgreSQL (README, 'Several hosts')" >&2
+    exit 1
+  fi
   write_platform_env
 }
+
+# PLATFORM_ROLES (default: all) decides which programs start here; START_<ROLE> feeds
+# supervisord's autostart= (platform/supervisord.conf). Settings validate the names again.
+ALL_ROLES="web workers beat flower data"
+export_roles() {
+  export PLATFORM_ROLES="${PLATFORM_ROLES:-${ALL_ROLES// /,}}"
+  local role
+  for role in ${PLATFORM_ROLES//,/ }; do
+    case " $ALL_ROLES " in
+      *" $role "*) ;;
+      *) echo "platform: PLATFORM_ROLES names unknown role '$role' (choose from $ALL_ROLES)" >&2
+         exit 1 ;;
+    esac
+  done
+  for role in $ALL_ROLES; do
+    if has_role "$role"; then
+      export "START_${role^^}=true"
+    else
+      export "START_${role^^}=false"
+    fi
+  done
+}
+
+has_role() { case ",$PLATFORM_ROLES," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
 # var/platform.env: the environment of the running platform, rewritten at every start, so that
 # a bare `.venv/bin/python manage.py ...` reaches it (manage.py reads it: apps/ops/envfile.py).
@@ -105,9 +141,14 @@ write_platform_env() {
 DJANGO_SETTINGS_MODULE=$DJANGO_SETTINGS_MODULE
 DJANGO_SECRET_KEY=$DJANGO_SECRET_KEY
 PLATFORM_VAR_DIR=$PLATFORM_VAR_DIR
+PLATFORM_ROLES=$PLATFORM_ROLES
+PLATFORM_HOST_NAME=$PLATFORM_HOST_NAME
 REDIS_URL=$REDIS_URL
 FLOWER_BASIC_AUTH=$FLOWER_BASIC_AUTH
 ENV
+  if [ -n "${DATABASE_URL:-}" ]; then
+    echo "DATABASE_URL=$DATABASE_URL" >> "$PLATFORM_VAR_DIR/platform.env"
+  fi
   umask 022
 }
 
@@ -119,6 +160,7 @@ include $PLATFORM_ROOT/platform/redis.conf
 port $REDIS_PORT
 dir $PLATFORM_VAR_DIR/redis
 requirepass $REDIS_PASSWORD
+bind $REDIS_BIND
 CONF
   umask 022
 }

@@ -5,6 +5,7 @@ Development defaults live in ``development.py``; ``production.py`` requires ever
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import dj_database_url
@@ -12,7 +13,8 @@ from django.core.exceptions import ImproperlyConfigured
 
 from celery_conf import policy
 from celery_conf.policy import durable_task_settings
-from config.env import env_float, env_int, env_list, env_str
+from config import hosts
+from config.env import env_bool, env_float, env_int, env_list, env_str
 from scheduler.settings import beat_settings
 
 BASE_DIR = Path(__file__).resolve().parents[2]
@@ -65,6 +67,19 @@ TEMPLATES = [
         },
     },
 ]
+
+# --- hosts: what this host runs and how it reaches the data host (config/hosts.py, adr/0026)
+# The roles this host runs: platform/up starts, and platform/install enables, only their
+# processes. Default all: one box runs everything, as before.
+PLATFORM_ROLES = hosts.roles_parse(env_str("PLATFORM_ROLES", ",".join(hosts.ROLES)))
+# This host's name in worker node names (worker1@<name>), heartbeats and beat_status. Every
+# host needs its own: two hosts cloned with one hostname would share worker names, and the
+# reconciler would read one host's process ids as the other's.
+PLATFORM_HOST_NAME = env_str("PLATFORM_HOST_NAME", socket.gethostname())
+# On: refuse to start unless Redis is reached by rediss:// and PostgreSQL with
+# sslmode=verify-full (both verifying the private CA). Off by default: one box talks over
+# loopback, where TLS adds cost and nothing else.
+PLATFORM_REQUIRE_TLS = env_bool("PLATFORM_REQUIRE_TLS", False)
 
 # --- database -------------------------------------------------------------------------------
 # SQLite by default, PostgreSQL (or any dj-database-url URL) by DATABASE_URL.
@@ -252,6 +267,13 @@ FLOWER_VIEWER_IDLE_S = env_int("FLOWER_VIEWER_IDLE_S", 120)
 if FLOWER_VIEWER_IDLE_S <= 0:
     raise ImproperlyConfigured(
         f"FLOWER_VIEWER_IDLE_S must be positive, got {FLOWER_VIEWER_IDLE_S}")
+
+def data_addresses_check(redis_url: str) -> None:
+    """Refuse addresses a host without the data role cannot use (config/hosts.py)."""
+    hosts.redis_url_check(redis_url, roles=PLATFORM_ROLES, require_tls=PLATFORM_REQUIRE_TLS)
+    hosts.database_check(DATABASES["default"], roles=PLATFORM_ROLES,
+                         require_tls=PLATFORM_REQUIRE_TLS)
+
 
 # --- durable tasks: the one place each timing is read (defaults and reasons: policy.py) ------
 def celery_settings(redis_url: str) -> dict[str, object]:

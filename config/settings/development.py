@@ -9,12 +9,13 @@ from __future__ import annotations
 from config.env import env_bool, env_str
 
 from .base import *  # noqa: F403
-from .base import celery_settings
+from .base import celery_settings, data_addresses_check
 
 DEBUG = env_bool("DJANGO_DEBUG", True)
 SECRET_KEY = env_str("DJANGO_SECRET_KEY", "development-only-not-secret")
 REDIS_URL = env_str("REDIS_URL", "redis://:platform-dev@127.0.0.1:6390/0")
 globals().update(celery_settings(REDIS_URL))
+data_addresses_check(REDIS_URL)
 
 # Mail goes to files under var/mail so a developer can read what would have been sent.
 EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"

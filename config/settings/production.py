@@ -14,7 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 from config.env import env_int, env_list, env_str, required
 
 from .base import *  # noqa: F403
-from .base import celery_settings
+from .base import celery_settings, data_addresses_check
 
 # Django's own deploy check wants 50 characters with some variety; the installer generates
 # 64 (platform/install). Shorter keys, or the development default, are refused.
@@ -53,6 +53,7 @@ if not ALLOWED_HOSTS:
 required("DATABASE_URL")
 REDIS_URL = _redis_url_with_password(required("REDIS_URL"))
 globals().update(celery_settings(REDIS_URL))
+data_addresses_check(REDIS_URL)
 
 SESSION_COOKIE_SECURE = True
 CSRF_COOKIE_SECURE = True
