@@ -52,9 +52,13 @@ def durable_task_settings(
     unacked_mutex_expire: int = DEFAULT_UNACKED_MUTEX_EXPIRE,
     soft_time_limit: int = DEFAULT_SOFT_TIME_LIMIT,
     time_limit: int = DEFAULT_TIME_LIMIT,
+    broker_options: dict[str, Any] | None = None,
+    broker_use_ssl: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Celery settings, keyed with the ``CELERY_`` prefix for Django's settings module.
 
+    ``broker_options`` and ``broker_use_ssl`` say how to reach Redis (Sentinel, TLS, the
+    health check): ``celery_conf.connections.broker_connection_options`` derives them.
     Raises ValueError when the timings contradict each other; nothing is half-applied.
     """
     if min(visibility_timeout, lease_renew_interval, restore_sweep_interval,
@@ -84,10 +88,12 @@ def durable_task_settings(
             "unacked_restore_throttle": 1,
             # A worker killed while holding the sweep's lock delays every sweep this long.
             "unacked_mutex_expire": unacked_mutex_expire,
-            # Notice a dead broker connection within seconds, not at the next TCP timeout.
-            "health_check_interval": 10,
             "socket_keepalive": True,
+            # Where Redis is and how to reach it (celery_conf/connections.py).
+            **(broker_options or {}),
         },
+        # TLS to Redis, certificates verified (None: plain TCP).
+        "broker_use_ssl": broker_use_ssl,
         # --- durability -----------------------------------------------------------------
         # Ack after the task finishes, so a worker that dies mid-task does not lose it.
         "task_acks_late": True,

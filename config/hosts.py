@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -45,22 +45,19 @@ def is_loopback(host: str | None) -> bool:
     return address.is_loopback or address.is_unspecified
 
 
-def redis_url_check(url: str, *, roles: Iterable[str], require_tls: bool) -> None:
-    """Refuse a Redis URL that cannot reach the data host from here, or skips the CA check."""
-    parts = urlsplit(url)
-    query = parse_qs(parts.query)
-    if parts.scheme == "rediss":
-        # kombu quietly turns a rediss:// URL without ssl_cert_reqs into CERT_NONE: encrypted
-        # but talking to anyone. Verification is the point of TLS between hosts.
-        reqs = query.get("ssl_cert_reqs", [""])[0].lower()
-        if reqs not in ("required", "cert_required") or not query.get("ssl_ca_certs"):
-            raise ImproperlyConfigured(
-                "REDIS_URL uses rediss:// without verifying the server: add "
-                "?ssl_cert_reqs=required&ssl_ca_certs=/path/to/ca.pem")
-    elif require_tls:
+def redis_check(target: Any, *, roles: Iterable[str], require_tls: bool) -> None:
+    """Refuse a Redis (``settings.REDIS``: a URL or sentinels) this host cannot share, or
+    reaches in plain text when TLS is required. 11b's client settings verify the certificate
+    whenever TLS is on (celery_conf/connections.py)."""
+    if require_tls and not target.uses_tls:
         raise ImproperlyConfigured(
-            "PLATFORM_REQUIRE_TLS is on but REDIS_URL is not rediss:// (README, 'Several hosts')")
-    _remote_check("REDIS_URL", parts.hostname, roles=roles)
+            "PLATFORM_REQUIRE_TLS is on but Redis is reached without TLS: use rediss:// "
+            "(or REDIS_TLS=true with sentinels) and REDIS_TLS_CA_FILE")
+    if target.sentinel:
+        for host, _port in target.sentinels:
+            _remote_check("REDIS_SENTINELS", host, roles=roles)
+    else:
+        _remote_check("REDIS_URL", urlsplit(target.url).hostname, roles=roles)
 
 
 def database_check(database: dict[str, Any], *, roles: Iterable[str], require_tls: bool) -> None:

@@ -60,3 +60,15 @@ class FencedChannel(kombu_redis.Channel):
 
 class FencedTransport(kombu_redis.Transport):
     Channel = FencedChannel
+
+
+class FencedSentinelChannel(FencedChannel, kombu_redis.SentinelChannel):
+    """The same, on kombu's Sentinel channel: its connections go to the current primary."""
+
+
+class FencedSentinelTransport(kombu_redis.SentinelTransport):
+    Channel = FencedSentinelChannel
+
+
+def fenced_transport(*, sentinel: bool) -> type[kombu_redis.Transport]:
+    return FencedSentinelTransport if sentinel else FencedTransport

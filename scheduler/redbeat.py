@@ -40,13 +40,16 @@ from kombu.exceptions import KombuError
 from kombu.utils.objects import cached_property
 from redbeat.decoder import RedBeatJSONEncoder, to_timestamp
 from redbeat.schedulers import (
+    REDBEAT_REDIS_KEY,
     RedBeatScheduler,
     RedBeatSchedulerEntry,
     ensure_conf,
     get_redis,
 )
 
-from .broker import FencedTransport
+from celery_conf.connections import RedisTarget, beat_client, connection_settings
+
+from .broker import fenced_transport
 from .fence import Command, Condition, FenceRefused, recorded
 from .jobs import PeriodicJob
 from .lease import Lease, beat_identity
@@ -70,8 +73,8 @@ class ImproperlyFenced(Exception):
 # RedBeat asks "is this key configured?" by exact name, so under Django's CELERY_ namespace it
 # misses CELERY_REDBEAT_REDIS_URL: it warns, falls back to the broker's URL and drops
 # redbeat_redis_options (our socket timeouts). Copying them under their plain names fixes both.
-REDBEAT_SETTINGS = ("redbeat_redis_url", "redbeat_redis_options", "redbeat_key_prefix",
-                    "redbeat_lock_timeout")
+REDBEAT_SETTINGS = ("redbeat_redis_url", "redbeat_redis_options", "redbeat_redis_use_ssl",
+                    "redbeat_key_prefix", "redbeat_lock_timeout")
 # Errors that mean "this call did not get through (or we cannot tell)": not fired this tick.
 CALL_ERRORS = (redis.RedisError, KombuError, OSError)
 
@@ -164,8 +167,22 @@ class FencedRedBeatScheduler(RedBeatScheduler):
 
     def __init__(self, app: Any, **kwargs: Any) -> None:
         _expose_redbeat_settings(app)
+        target: RedisTarget | None = app.conf.get("platform_redis")
+        self.sentinel = target is not None and target.sentinel
+        if target is not None:
+            derived = connection_settings(target)
+            if (app.conf.broker_url != derived["broker_url"]
+                    or app.conf.get("redbeat_redis_url") != derived["redbeat_redis_url"]):
+                raise ImproperlyFenced(
+                    "broker_url and redbeat_redis_url must both come from settings.REDIS: the "
+                    "fence checks the lock and pushes the message in one script")
+            # RedBeat's get_redis() returns a client already set on the app. Ours keeps the
+            # bounded, never-retried calls of adr/0017 under Sentinel too (RedBeat's own
+            # Sentinel branch drops the connect timeout and the retry policy, and builds a
+            # new pool on every call); each new connection asks the sentinels for the primary.
+            setattr(app, REDBEAT_REDIS_KEY, beat_client(target))
         super().__init__(app, **kwargs)
-        if app.conf.broker_url != app.redbeat_conf.redis_url:
+        if target is None and app.conf.broker_url != app.redbeat_conf.redis_url:
             raise ImproperlyFenced(
                 "the beat's lock (redbeat_redis_url) and the queues (broker_url) must be in "
                 "one Redis: the fence checks the lock and pushes the message in one script")
@@ -355,7 +372,7 @@ class FencedRedBeatScheduler(RedBeatScheduler):
     @cached_property
     def connection(self) -> Any:
         # kombu's Redis transport with bounded calls, whose publishes only collect commands.
-        return self.app.connection_for_write(transport=FencedTransport,
+        return self.app.connection_for_write(transport=fenced_transport(sentinel=self.sentinel),
                                              transport_options=broker_transport_options())
 
     @cached_property

@@ -11,9 +11,13 @@ from datetime import timedelta
 from typing import Any
 
 from celery.schedules import schedule
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
+from celery_conf.connections import (
+    BEAT_CALL_TIMEOUT_S,
+    BEAT_RETRIES,
+    RedisTarget,
+    redbeat_connection_settings,
+)
 from config.env import env_float, env_str
 
 from .tables import JOBS
@@ -34,11 +38,12 @@ KEY_PREFIX = env_str("BEAT_KEY_PREFIX", "platform:beat:")
 # before the next one is due and every call ends well inside the lock (5 s). The fence's
 # scripts refuse a call that lands after this deadline (scheduler/fence.py), so giving up
 # is final: a late renewal cannot extend the lock, a late publish cannot push a message.
-REDIS_SOCKET_TIMEOUT = 1.0
+# Written once in celery_conf/connections.py, with every other Redis timeout.
+REDIS_SOCKET_TIMEOUT = BEAT_CALL_TIMEOUT_S
 # redis-py 8 retries a failed command 3 times with backoff by default (one renewal blocked
 # 5 s in the issue-12 trials); the beat retries at its next tick instead, with a fresh
 # deadline, so a call never outlives its own.
-REDIS_RETRIES = 0
+REDIS_RETRIES = BEAT_RETRIES
 # The beat's broker connection (kombu, same Redis) under the same bounds: connect and
 # command timeouts, no retry loop around connecting or publishing.
 def broker_transport_options() -> dict[str, Any]:
@@ -71,7 +76,12 @@ def beat_schedule() -> dict[str, dict[str, Any]]:
     }
 
 
-def beat_settings(*, redis_url: str) -> dict[str, Any]:
+def beat_settings(*, redis_url: str = "",
+                  connection: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``connection``: RedBeat's URL and options from celery_conf.connections (Sentinel,
+    TLS); without it, ``redis_url`` with the beat's bounded options."""
+    if connection is None:
+        connection = redbeat_connection_settings(RedisTarget(url=redis_url))
     loop_interval = env_float("BEAT_LOOP_INTERVAL_S", DEFAULT_LOOP_INTERVAL)
     lock_timeout = env_float("BEAT_LOCK_TIMEOUT_S", DEFAULT_LOCK_TIMEOUT)
     if lock_timeout < 3 * loop_interval:
@@ -83,12 +93,7 @@ def beat_settings(*, redis_url: str) -> dict[str, Any]:
         "beat_schedule": beat_schedule(),
         # RedBeat 2.5 stops falling back to broker_url and broker_transport_options; the
         # broker's options (visibility timeout, restore sweep) mean nothing to the lock anyway.
-        "redbeat_redis_url": redis_url,
-        "redbeat_redis_options": {
-            "socket_timeout": REDIS_SOCKET_TIMEOUT,
-            "socket_connect_timeout": REDIS_SOCKET_TIMEOUT,
-            "retry": Retry(NoBackoff(), REDIS_RETRIES),
-        },
+        **connection,
         "redbeat_key_prefix": KEY_PREFIX,
         "redbeat_lock_timeout": lock_timeout,
     }

@@ -9,8 +9,8 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
+from apps.http import api_login_required, json_error
 from apps.metering.limits import daily_limit
-from apps.ops.http import api_login_required, json_error
 
 from .inputs import SubmissionError, submission_from_request
 from .selectors import document_as_dict, document_get, document_list

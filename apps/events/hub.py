@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import redis.asyncio as aioredis
 from django.conf import settings
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
+
+from celery_conf.connections import RedisTarget, async_log_client, async_subscriber
 
 from .bus import CHANNEL, CONTROL_CHANNEL
 from .frames import event_chunk
@@ -36,7 +36,6 @@ WORKERS_KEY = "platform:events:workers"  # pid -> {"connections", "at"}: ops sta
 PING_INTERVAL_S = 10.0
 REPORT_INTERVAL_S = 0.5  # the connection count in WORKERS_KEY lags at most this much
 RECONNECT_BACKOFF_S = (0.2, 5.0)
-LOG_CONNECTIONS = 4  # Redis connections per web worker for replay reads
 # How long a session end is remembered for streams still authenticating: longer than an
 # authentication can wait in the pool during a reconnect storm (10,000 streams, 2 threads).
 ENDED_MEMORY_S = 60.0
@@ -94,8 +93,8 @@ class Subscriber:
 
 
 class Hub:
-    def __init__(self, url: str) -> None:
-        self.url = url
+    def __init__(self, target: RedisTarget) -> None:
+        self.target = target
         self.generation = 0  # one per successful subscription
         # The newest event this subscription delivered: everything up to it is in the queues.
         self.position: StreamId | None = None
@@ -252,10 +251,8 @@ class Hub:
             backoff = min(backoff * 2, RECONNECT_BACKOFF_S[1])
 
     async def _listen(self) -> None:
-        client = aioredis.Redis.from_url(
-            self.url, decode_responses=True, retry=Retry(NoBackoff(), 0),
-            socket_connect_timeout=5, socket_keepalive=True,
-        )
+        # Under Sentinel the connection goes to whichever server is primary now.
+        client = async_subscriber(self.target)
         pubsub = client.pubsub()
         try:
             # Events and session control share this one connection: a missed control
@@ -340,13 +337,10 @@ def get_hub() -> Hub:
     global _hub, _hub_loop, _log_client
     loop = asyncio.get_running_loop()
     if _hub is None or _hub_loop is not loop:
-        _hub, _hub_loop = Hub(settings.REDIS_URL), loop
+        _hub, _hub_loop = Hub(settings.REDIS), loop
         # A bounded pool: a thousand streams reconnecting at once share a few connections
         # (each replay read is one short script) instead of opening one socket each.
-        pool = aioredis.BlockingConnectionPool.from_url(
-            settings.REDIS_URL, decode_responses=True, socket_connect_timeout=5,
-            socket_timeout=10, max_connections=LOG_CONNECTIONS, timeout=10)
-        _log_client = aioredis.Redis(connection_pool=pool)
+        _log_client = async_log_client(settings.REDIS)
     return _hub
 
 

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
-from apps.ops.http import json_error
+from apps.http import json_error
 
 from .days import next_reset, seconds_to_reset
 from .services import MeteringUnavailable, Ticket, usage_give_back, usage_take

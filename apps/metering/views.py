@@ -7,7 +7,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from apps.ops.http import api_login_required
+from apps.http import api_login_required
 
 from .selectors import usage_get
 

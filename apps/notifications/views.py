@@ -9,7 +9,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 from redis import RedisError
 
-from apps.ops.http import api_login_required, json_error
+from apps.http import api_login_required, json_error
 
 from .selectors import notifications_initial
 from .services import BroadcastError, broadcast_send

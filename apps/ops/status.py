@@ -36,7 +36,8 @@ def redis_section(client: redis.Redis) -> dict[str, Any]:
     memory = client.info("memory")
     config = client.config_get("appendfsync") | client.config_get("maxmemory-policy")
     return {
-        "url": _redacted(settings.REDIS_URL),
+        "url": settings.REDIS.describe(),
+        "role": client.info("replication").get("role"),
         "version": server.get("redis_version"),
         "ping_ms": round(ping_ms, 2),
         "aof_enabled": bool(persistence.get("aof_enabled")),
@@ -111,9 +112,3 @@ def platform_status() -> dict[str, Any]:
             report[name] = {"error": f"{type(exc).__name__}: {exc}"}
     return report
 
-
-def _redacted(url: str) -> str:
-    if "@" not in url:
-        return url
-    scheme, rest = url.split("://", 1)
-    return f"{scheme}://***@{rest.split('@', 1)[1]}"

@@ -7,8 +7,9 @@ from django.views.csrf import csrf_failure as django_csrf_failure
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
+from apps.http import json_error
+
 from .health import platform_readiness
-from .http import json_error
 
 
 def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:

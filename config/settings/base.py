@@ -12,6 +12,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from celery_conf import policy
+from celery_conf.connections import RedisTarget, connection_settings, redis_target
 from celery_conf.policy import durable_task_settings
 from config import hosts
 from config.env import env_bool, env_float, env_int, env_list, env_str
@@ -144,9 +145,28 @@ LOGGING = {
     },
 }
 
-# --- Redis: broker, RedBeat lock and schedule, event bus ----------------------------------
-# Set in development.py (with a default) and production.py (required).
+# --- Redis: broker, RedBeat lock and schedule, event bus (celery_conf/connections.py) -----
+# One Redis: REDIS_URL (redis:// or rediss://), set in development.py (with a default) and
+# production.py (required). Or a Sentinel group, when REDIS_SENTINELS is set (then REDIS_URL
+# is not used): the sentinels' addresses, the master group's name, the data password (primary
+# and replicas) and the sentinels' own password; REDIS_TLS speaks TLS to all of them.
+# REDIS_TLS_CA_FILE verifies the servers' certificates against that CA (rediss:// or
+# REDIS_TLS); without it the system's CAs. Every client is derived from ``REDIS`` (adr/0025).
 REDIS_URL = ""
+REDIS_SENTINELS = env_list("REDIS_SENTINELS", [])
+REDIS_SENTINEL_MASTER = env_str("REDIS_SENTINEL_MASTER", "platform")
+REDIS_PASSWORD = env_str("REDIS_PASSWORD", "")
+REDIS_SENTINEL_PASSWORD = env_str("REDIS_SENTINEL_PASSWORD", "")
+REDIS_DB = env_int("REDIS_DB", 0)
+REDIS_TLS = env_bool("REDIS_TLS", False)
+REDIS_TLS_CA_FILE = env_str("REDIS_TLS_CA_FILE", "")
+
+
+def redis_settings(url: str) -> RedisTarget:
+    """The environment's Redis (``url``, or the Sentinel group when REDIS_SENTINELS is set)."""
+    return redis_target(url=url, sentinels=REDIS_SENTINELS, master=REDIS_SENTINEL_MASTER,
+                        password=REDIS_PASSWORD, sentinel_password=REDIS_SENTINEL_PASSWORD,
+                        db=REDIS_DB, tls=REDIS_TLS, ca_file=REDIS_TLS_CA_FILE)
 
 # --- documents ------------------------------------------------------------------------------
 # Largest document accepted, pasted or uploaded. Larger requests get 413 and create nothing.
@@ -268,17 +288,20 @@ if FLOWER_VIEWER_IDLE_S <= 0:
     raise ImproperlyConfigured(
         f"FLOWER_VIEWER_IDLE_S must be positive, got {FLOWER_VIEWER_IDLE_S}")
 
-def data_addresses_check(redis_url: str) -> None:
+def data_addresses_check(target: RedisTarget) -> None:
     """Refuse addresses a host without the data role cannot use (config/hosts.py)."""
-    hosts.redis_url_check(redis_url, roles=PLATFORM_ROLES, require_tls=PLATFORM_REQUIRE_TLS)
+    hosts.redis_check(target, roles=PLATFORM_ROLES, require_tls=PLATFORM_REQUIRE_TLS)
     hosts.database_check(DATABASES["default"], roles=PLATFORM_ROLES,
                          require_tls=PLATFORM_REQUIRE_TLS)
 
 
 # --- durable tasks: the one place each timing is read (defaults and reasons: policy.py) ------
-def celery_settings(redis_url: str) -> dict[str, object]:
+def celery_settings(target: RedisTarget) -> dict[str, object]:
+    connection = connection_settings(target)
     return durable_task_settings(
-        broker_url=redis_url,
+        broker_url=connection.pop("broker_url"),
+        broker_options=connection.pop("broker_transport_options"),
+        broker_use_ssl=connection.pop("broker_use_ssl"),
         visibility_timeout=env_int("CELERY_VISIBILITY_TIMEOUT", policy.DEFAULT_VISIBILITY_TIMEOUT),
         lease_renew_interval=env_int("CELERY_LEASE_RENEW_INTERVAL",
                                      policy.DEFAULT_LEASE_RENEW_INTERVAL),
@@ -288,7 +311,10 @@ def celery_settings(redis_url: str) -> dict[str, object]:
                                      policy.DEFAULT_UNACKED_MUTEX_EXPIRE),
         soft_time_limit=env_int("CELERY_TASK_SOFT_TIME_LIMIT", policy.DEFAULT_SOFT_TIME_LIMIT),
         time_limit=env_int("CELERY_TASK_TIME_LIMIT", policy.DEFAULT_TIME_LIMIT),
-    ) | beat_settings(redis_url=redis_url)
+    ) | beat_settings(connection=connection) | {
+        # Where Redis is, for the fenced beat's own client (scheduler/redbeat.py).
+        "CELERY_PLATFORM_REDIS": target,
+    }
 
 
 SESSION_COOKIE_HTTPONLY = True

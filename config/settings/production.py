@@ -14,7 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 from config.env import env_int, env_list, env_str, required
 
 from .base import *  # noqa: F403
-from .base import celery_settings, data_addresses_check
+from .base import REDIS_SENTINELS, celery_settings, data_addresses_check, redis_settings
 
 # Django's own deploy check wants 50 characters with some variety; the installer generates
 # 64 (platform/install). Shorter keys, or the development default, are refused.
@@ -44,6 +44,14 @@ def _redis_url_with_password(value: str) -> str:
     return value
 
 
+def _strong_redis_password(name: str, value: str) -> str:
+    if len(value) < MIN_REDIS_PASSWORD_LENGTH:
+        raise ImproperlyConfigured(
+            f"{name} must be a Redis password of at least {MIN_REDIS_PASSWORD_LENGTH} "
+            "characters (platform/install generates one).")
+    return value
+
+
 DEBUG = False
 SECRET_KEY = _strong_secret_key(required("DJANGO_SECRET_KEY"))
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", [])
@@ -51,9 +59,17 @@ if not ALLOWED_HOSTS:
     required("DJANGO_ALLOWED_HOSTS")
 # base.py falls back to SQLite under var/ for development; production names its database.
 required("DATABASE_URL")
-REDIS_URL = _redis_url_with_password(required("REDIS_URL"))
-globals().update(celery_settings(REDIS_URL))
-data_addresses_check(REDIS_URL)
+if REDIS_SENTINELS:
+    # Sentinel: the primary, the replicas and the sentinels each want a password; the data
+    # one and the sentinels' one differ, so a leaked sentinel password cannot read the data.
+    REDIS_URL = ""
+    _strong_redis_password("REDIS_PASSWORD", required("REDIS_PASSWORD"))
+    _strong_redis_password("REDIS_SENTINEL_PASSWORD", required("REDIS_SENTINEL_PASSWORD"))
+else:
+    REDIS_URL = _redis_url_with_password(required("REDIS_URL"))
+REDIS = redis_settings(REDIS_URL)
+globals().update(celery_settings(REDIS))
+data_addresses_check(REDIS)
 
 SESSION_COOKIE_SECURE = True
 CSRF_COOKIE_SECURE = True

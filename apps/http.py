@@ -1,4 +1,7 @@
-"""Small HTTP helpers shared by the apps' JSON endpoints."""
+"""Small HTTP helpers shared by the apps' JSON endpoints (JSON errors, the API login guard).
+
+Shared plumbing: it imports nothing of the apps, so any app (and ops) may import it.
+"""
 
 from __future__ import annotations
 
