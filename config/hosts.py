@@ -16,6 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 ROLES = ("web", "workers", "beat", "flower", "data")
 # Host names that always mean "this machine", whatever the resolver says.
+DEFAULT_LOOPBACK = (ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1"))
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
 
 
@@ -33,7 +34,10 @@ def roles_parse(raw: str) -> frozenset[str]:
 
 
 def is_loopback(host: str | None) -> bool:
-    """Does ``host`` name this machine? An empty host (a Unix socket, a default) counts."""
+    """Does ``host`` name this machine by its usual name: empty (a Unix socket, a default),
+    localhost, 127.0.0.1, ::1 or the any-address? Other 127/8 addresses are not refused: an
+    operator never types them by accident, and they are how tests run several hosts on one
+    machine (tests/hosts/)."""
     if not host:
         return True
     if host.lower() in LOOPBACK_NAMES:
@@ -42,7 +46,7 @@ def is_loopback(host: str | None) -> bool:
         address = ipaddress.ip_address(host.strip("[]"))
     except ValueError:
         return False
-    return address.is_loopback or address.is_unspecified
+    return address in DEFAULT_LOOPBACK or address.is_unspecified
 
 
 def redis_check(target: Any, *, roles: Iterable[str], require_tls: bool) -> None:
