@@ -5,14 +5,18 @@ address; a client trusting another CA, or speaking plain text, is refused."""
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+
 import psycopg
 import pytest
 import redis
 
 from tests.documents.tally import all_finished, sample_text, tally
-from tests.hosts.cluster import DataHost, app_host, make_certs
+from tests.hosts.cluster import DataHost, app_host, make_certs, manage_on
 from tests.hosts.conftest import FAST, HOST_B
-from tests.procs import wait_until
+from tests.procs import RedisServer, wait_until
 
 pytestmark = [pytest.mark.processes, pytest.mark.past_one_box]
 DOCS = 3
@@ -85,11 +89,30 @@ def test_the_platform_runs_over_tls_between_hosts(tmp_path, measure):
         assert outcomes["redis plain text"] in ("ConnectionError", "TimeoutError")
         assert outcomes == {**outcomes, "postgres plain text": "plain refused",
                             "postgres other CA": "certificate"}
+        # A backup taken on the app host, which has no Redis files: Redis's data comes over
+        # the network (TLS, verified) as an AOF directory a fresh Redis loads; the database
+        # by pg_dump with the same TLS options.
+        r.client().set("hosts-test:marker", "written before the backup")
+        backup = Path(manage_on(host.base_dir, host.env, "backup_now").stdout.strip())
+        manifest = json.loads((backup / "manifest.json").read_text())
+        assert manifest["database"]["engine"] == "postgresql"
+        assert manifest["database"]["bytes"] > 0
+        restored = RedisServer(tmp_path / "restored")
+        restored.dir.rmdir()
+        shutil.copytree(backup, restored.dir)
+        restored.start()
+        try:
+            keys = restored.client().dbsize()
+            assert restored.client().get("hosts-test:marker") == "written before the backup"
+        finally:
+            restored.stop()
+
         # The app host's own clients could only have used TLS: the plain port is 0, pg_hba
         # has hostssl lines only, and PLATFORM_REQUIRE_TLS made its settings demand
         # rediss:// and sslmode=verify-full (test_bind.py shows that refusal).
         measure(documents_over_tls=result.completed, beat_leader=leader.split(":")[0],
-                refused=len(outcomes), outcomes=outcomes)
+                refused=len(outcomes), outcomes=outcomes, backup_redis_keys=keys,
+                backup_files=manifest["redis_files"])
     except BaseException:
         print(host.logs())
         raise
