@@ -77,6 +77,8 @@ PLATFORM_ROLES = hosts.roles_parse(env_str("PLATFORM_ROLES", ",".join(hosts.ROLE
 # host needs its own: two hosts cloned with one hostname would share worker names, and the
 # reconciler would read one host's process ids as the other's.
 PLATFORM_HOST_NAME = env_str("PLATFORM_HOST_NAME", socket.gethostname())
+# The same name for the beat's lock token (scheduler/lease.py), read from Celery's config.
+CELERY_PLATFORM_HOST_NAME = PLATFORM_HOST_NAME
 # On: refuse to start unless Redis is reached by rediss:// and PostgreSQL with
 # sslmode=verify-full (both verifying the private CA). Off by default: one box talks over
 # loopback, where TLS adds cost and nothing else.

@@ -20,7 +20,8 @@ import pytest
 
 from tests.documents.broker import _document_id
 from tests.documents.tally import all_finished, sample_text, tally
-from tests.hosts.conftest import Cluster
+from tests.hosts.cluster import app_host
+from tests.hosts.conftest import FAST, Cluster
 from tests.notifications.conftest import cookie_of
 from tests.notifications.sse import SSEClient
 from tests.procs import Proc, wait_until
@@ -196,3 +197,30 @@ def test_the_reconciler_on_one_host_leaves_a_document_running_on_another(started
     assert result.completed == 1 and result.doubled == 0 and result.extra_starts == 0
     measure(reconciler_passes_seeing_it=len(passes), re_enqueued=0, runs=1,
             reconciled_on=sorted(reconcile_nodes))
+
+
+def test_a_second_worker_under_a_taken_name_stops_itself(started, tmp_path, measure):
+    """Two hosts cloned with one host name: their workers share a node name, and so a
+    heartbeat key. The newer one must stop, or the reconciler would read one's pool pids
+    as the other's and re-enqueue documents that are still running."""
+    cluster = started
+    first = app_host(cluster.data, tmp_path, name="clone", address="127.0.0.3", **FAST)
+    second = app_host(cluster.data, tmp_path / "second", name="clone", address="127.0.0.4",
+                      **FAST)
+    client = cluster.data.redis.client()
+    try:
+        elder = first.start_worker("worker1")
+        first.wait_worker(elder, client)
+        newer = second.start_worker("worker1")
+        started_at = time.monotonic()
+        wait_until(lambda: not newer.alive(), timeout=60, what="the newer worker stops")
+        stopped_after = time.monotonic() - started_at
+        assert "another worker named worker1@clone is alive" in newer.log()
+        assert elder.alive() and "a newer worker named worker1@clone" in elder.log()
+        # The elder goes on: its heartbeat is its own again.
+        wait_until(lambda: json.loads(client.get("platform:worker:worker1@clone"))["pid"]
+                   == elder.pid, timeout=10, what="the elder's heartbeat")
+        measure(same_name_workers=2, stopped=1, stopped_after_s=round(stopped_after, 1))
+    finally:
+        first.stop()
+        second.stop()
