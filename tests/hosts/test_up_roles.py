@@ -1,0 +1,86 @@
+"""`platform/up` on a host with some roles starts only their programs, pointed at the data
+host; the installer's target wants only their units, and no unit pulls in Redis."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+
+import pytest
+
+from tests.hosts.cluster import DataHost
+from tests.platform.test_up import stop_leftovers
+from tests.procs import BIN, ROOT, free_port, wait_until
+
+pytestmark = [pytest.mark.processes, pytest.mark.past_one_box]
+PROGRAMS = {"redis": "data", "web": "web", "worker:worker1": "workers",
+            "worker:worker2": "workers", "beat:beat1": "beat", "beat:beat2": "beat",
+            "flower": "flower"}
+
+
+def test_platform_up_starts_only_the_roles_of_its_host(tmp_path, measure):
+    data = DataHost(tmp_path / "data")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "DJANGO_"))}
+    env.update({"PLATFORM_VAR_DIR": str(tmp_path / "var"), "VENV": str(BIN.parent),
+                "REDIS_PORT": str(free_port()), "WEB_PORT": str(free_port()),
+                "FLOWER_PORT": str(free_port()), "PLATFORM_ROLES": "workers,beat",
+                "PLATFORM_HOST_NAME": "hostU", "REDIS_URL": data.redis.url,
+                "DATABASE_URL": data.database_url})
+    # Without the data host's addresses it refuses before starting anything.
+    refused = subprocess.run(["bash", "platform/up"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120,
+                             env={k: v for k, v in env.items() if k != "REDIS_URL"})
+    assert refused.returncode == 1 and "has no 'data'" in refused.stderr, refused.stderr
+    assert not (tmp_path / "var" / "supervisord.pid").exists()
+
+    log = open(tmp_path / "up.log", "w")
+    up = subprocess.Popen(["bash", "platform/up"], cwd=ROOT, env=env, stdout=log,
+                          stderr=subprocess.STDOUT, start_new_session=True)
+    output = lambda: (tmp_path / "up.log").read_text()  # noqa: E731
+    try:
+        wait_until(lambda: "running; press Ctrl-C to stop" in output(), timeout=180,
+                   what="platform/up reports this host's roles running")
+        text = output()
+        states = {name: re.search(rf"^{re.escape(name)}\s+(\w+)", text, re.MULTILINE)
+                  for name in PROGRAMS}
+        states = {name: m.group(1) if m else "absent" for name, m in states.items()}
+        expected = {name: "RUNNING" if role in ("workers", "beat") else "STOPPED"
+                    for name, role in PROGRAMS.items()}
+        assert states == expected
+        assert not (tmp_path / "var" / "redis.conf").exists()  # no Redis of its own
+        # Its workers joined the data host's Redis under this host's name.
+        client = data.redis.client()
+        assert {k for k in client.scan_iter("platform:worker:*")} == {
+            "platform:worker:worker1@hostU", "platform:worker:worker2@hostU"}
+        wait_until(lambda: client.get("platform:beat::lock"), timeout=60,
+                   what="one of its beats leads")
+        os.killpg(up.pid, signal.SIGTERM)
+        assert up.wait(timeout=120) == 0
+        measure(running=sum(s == "RUNNING" for s in states.values()),
+                stopped=sum(s == "STOPPED" for s in states.values()))
+    finally:
+        stop_leftovers(up, tmp_path / "var" / "supervisord.pid")
+        data.stop()
+
+
+def role_units(roles: str) -> list[str]:
+    script = ('. platform/lib.sh; . platform/release.sh; release_layout ""; '
+              f'PLATFORM_ROLES={roles} role_units')
+    result = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True,
+                            text=True, timeout=30, check=True)
+    return result.stdout.split()
+
+
+def test_the_installed_target_wants_only_the_units_of_the_roles():
+    assert role_units("workers,beat") == [
+        "platform-worker@1.service", "platform-worker@2.service",
+        "platform-beat@1.service", "platform-beat@2.service"]
+    assert role_units("data") == ["platform-redis.service"]
+    everything = role_units("web,workers,beat,flower,data")
+    assert len(everything) == 8 and "platform-web.socket" in everything
+    target = (ROOT / "platform/systemd/platform.target").read_text()
+    assert "Wants=@WANTS@" in target
+    for unit in (ROOT / "platform/systemd").glob("platform-*"):
+        assert "Wants=platform-redis" not in unit.read_text(), unit.name
