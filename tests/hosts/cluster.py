@@ -100,6 +100,7 @@ class DataHost:
     base_dir: Path
     address: str = DATA_ADDRESS
     tls_dir: Path | None = None
+    migrate: bool = True  # False: an empty database (platform/up migrates it itself)
     redis: HostRedis = field(init=False)
     postgres: PostgresServer = field(init=False)
     database_url: str = field(init=False)
@@ -117,6 +118,8 @@ class DataHost:
         name = "platform"
         self.postgres.create_database(name)
         self.database_url = self.postgres.url(name) + self._sslparams()
+        if not self.migrate:
+            return
         # The schema and the test login, as the first app host's `manage.py migrate` would.
         manage_on(self.base_dir, self.app_env(self.base_dir / "migrate", host="migrate"),
                   "migrate", "--noinput", "-v", "0")

@@ -53,7 +53,7 @@ def pg_refused(host: str, port: int, password: str | None) -> str:
 
 
 def test_redis_and_postgres_refuse_other_addresses_and_missing_passwords(tmp_path, measure):
-    data = DataHost(tmp_path / "data")
+    data = DataHost(tmp_path / "data", migrate=False)
     try:
         r, pg = data.redis, data.postgres
         outcomes = {}

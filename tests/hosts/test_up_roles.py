@@ -21,7 +21,7 @@ PROGRAMS = {"redis": "data", "web": "web", "worker:worker1": "workers",
 
 
 def test_platform_up_starts_only_the_roles_of_its_host(tmp_path, measure):
-    data = DataHost(tmp_path / "data")
+    data = DataHost(tmp_path / "data", migrate=False)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "DJANGO_"))}
     env.update({"PLATFORM_VAR_DIR": str(tmp_path / "var"), "VENV": str(BIN.parent),
                 "REDIS_PORT": str(free_port()), "WEB_PORT": str(free_port()),
