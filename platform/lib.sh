@@ -132,6 +132,39 @@ export_roles() {
 
 has_role() { case ",$PLATFORM_ROLES," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
+# PostgreSQL instead of SQLite, when PLATFORM_DATABASE=postgres: the project's own cluster in
+# var/postgres (platform/postgres: an unprivileged user, passwords only, loopback), its
+# password generated once into var/postgres.password, DATABASE_URL pointing at it.
+ensure_postgres() {
+  [ "${PLATFORM_DATABASE:-sqlite}" = postgres ] || return 0
+  # Only on the data host (PLATFORM_ROLES, default all); others use its DATABASE_URL.
+  case ",${PLATFORM_ROLES:-data}," in *,data,*) ;; *) return 0 ;; esac
+  # The address it listens on: loopback unless told (several hosts: README).
+  local bind="${POSTGRES_BIND:-127.0.0.1}"
+  ensure_system_packages postgresql
+  local dir="$PLATFORM_VAR_DIR/postgres" pwfile="$PLATFORM_VAR_DIR/postgres.password"
+  mkdir -p "$PLATFORM_VAR_DIR"
+  export POSTGRES_PORT="${POSTGRES_PORT:-5433}"
+  if [ ! -f "$pwfile" ]; then (umask 077; random_secret > "$pwfile"); fi
+  POSTGRES_PASSWORD="$(cat "$pwfile")"
+  export POSTGRES_PASSWORD POSTGRES_DB=platform
+  if [ ! -f "$dir/data/PG_VERSION" ]; then
+    say "creating the PostgreSQL cluster in $dir"
+    "$PLATFORM_ROOT/platform/postgres" init "$dir"
+  fi
+  if ! "$PLATFORM_ROOT/platform/postgres" status "$dir" >/dev/null 2>&1; then
+    say "starting PostgreSQL on $bind:$POSTGRES_PORT"
+    "$PLATFORM_ROOT/platform/postgres" start "$dir" "$bind" "$POSTGRES_PORT"
+  fi
+  export DATABASE_URL="postgres://platform:${POSTGRES_PASSWORD}@${bind}:${POSTGRES_PORT}/platform"
+}
+
+stop_postgres() {
+  [ "${PLATFORM_DATABASE:-sqlite}" = postgres ] || return 0
+  case ",${PLATFORM_ROLES:-data}," in *,data,*) ;; *) return 0 ;; esac
+  "$PLATFORM_ROOT/platform/postgres" stop "$PLATFORM_VAR_DIR/postgres" || true
+}
+
 # var/platform.env: the environment of the running platform, rewritten at every start, so that
 # a bare `.venv/bin/python manage.py ...` reaches it (manage.py reads it: apps/ops/envfile.py).
 write_platform_env() {
@@ -145,6 +178,7 @@ PLATFORM_ROLES=$PLATFORM_ROLES
 PLATFORM_HOST_NAME=$PLATFORM_HOST_NAME
 REDIS_URL=$REDIS_URL
 FLOWER_BASIC_AUTH=$FLOWER_BASIC_AUTH
+${DATABASE_URL:+DATABASE_URL=$DATABASE_URL}
 ENV
   if [ -n "${DATABASE_URL:-}" ]; then
     echo "DATABASE_URL=$DATABASE_URL" >> "$PLATFORM_VAR_DIR/platform.env"

@@ -64,13 +64,17 @@ def make_stack(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[Callable[..., Stack]]:
     stacks: list[Stack] = []
-    postgres = request.getfixturevalue("pg_template") if TEST_DATABASE == "postgres" else None
-    template_db = request.getfixturevalue("template_db") if postgres is None else Path("/")
 
-    def factory(env: dict[str, str] | None = None, redis: dict[str, str] | None = None) -> Stack:
+    def factory(env: dict[str, str] | None = None, redis: dict[str, str] | None = None,
+                postgres: bool | None = None) -> Stack:
+        """``postgres``: True for a test that is about PostgreSQL itself; None follows
+        TEST_DATABASE."""
+        on_postgres = TEST_DATABASE == "postgres" if postgres is None else postgres
+        template = request.getfixturevalue("pg_template") if on_postgres else None
+        template_db = request.getfixturevalue("template_db") if not on_postgres else Path("/")
         stack = Stack(base_dir=tmp_path / f"stack{len(stacks)}", template_db=template_db,
                       env_overrides=env or {}, redis_overrides=redis or {},
-                      postgres=postgres)
+                      postgres=template)
         stacks.append(stack)
         return stack
 
@@ -80,6 +84,14 @@ def make_stack(
         stack.stop()
         if failed is not None and failed.failed:
             print(stack.logs())
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that builds a Stack starts real processes: mark it so, whether or not its
+    module says it, so ``-m "not processes"`` selects exactly the in-process tests."""
+    for item in items:
+        if "make_stack" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.processes)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -27,6 +27,7 @@ from urllib.parse import quote
 
 import psycopg
 from psycopg import sql
+from psycopg.adapt import Loader
 from psycopg.rows import RowMaker
 
 from tests.procs import ROOT, Proc, migrate_and_create_login, spawn, wait_until
@@ -134,11 +135,27 @@ class PostgresServer:
 
     @contextmanager
     def db(self, dbname: str) -> Iterator[PgConnection]:
-        conn = self.connect(dbname, row_factory=_row_factory)
+        conn = self.connect(dbname, row_factory=_row_factory, options="-c TimeZone=UTC",
+                            application_name="tests")
+        # Timestamps as the text Django keeps in SQLite (UTC, no offset, microseconds), so a
+        # test reads them the same way on both engines.
+        conn.adapters.register_loader("timestamptz", SqliteStyleTimestamp)
+        conn.adapters.register_loader("timestamp", SqliteStyleTimestamp)
         try:
             yield PgConnection(conn)
         finally:
             conn.close()
+
+
+class SqliteStyleTimestamp(Loader):
+    """``2026-01-02 03:04:05.678+00`` (the session is in UTC) -> ``2026-01-02 03:04:05.678000``."""
+
+    def load(self, data: Any) -> str:
+        text = bytes(data).decode().removesuffix("+00")
+        if "." in text:
+            whole, fraction = text.split(".")
+            text = f"{whole}.{fraction:0<6}"
+        return text
 
 
 class Row(tuple):  # type: ignore[type-arg]

@@ -12,6 +12,7 @@ twice is backed up once.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -19,7 +20,6 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
 
 from django.conf import settings
 from django.db import connections
@@ -31,6 +31,10 @@ AOF_DIR_NAME = "appendonlydir"  # Redis 7's multi-part AOF directory (appenddirn
 SQLITE_FILE = "db.sqlite3"
 PG_DUMP_FILE = "db.pgdump"
 MANIFEST = "manifest.json"
+# libpq's TLS connection options (dj-database-url puts them in OPTIONS) and the environment
+# variables pg_dump and pg_restore read them from.
+LIBPQ_TLS_ENV = (("sslmode", "PGSSLMODE"), ("sslrootcert", "PGSSLROOTCERT"),
+                 ("sslcert", "PGSSLCERT"), ("sslkey", "PGSSLKEY"), ("sslcrl", "PGSSLCRL"))
 # A rewrite can replace the AOF files while they are copied; copy again a few times.
 AOF_COPY_ATTEMPTS = 3
 
@@ -126,9 +130,11 @@ def _database_backup(directory: Path) -> dict[str, Any]:
         return {"engine": "sqlite", "file": SQLITE_FILE, "bytes": target.stat().st_size}
     if conf["ENGINE"] == "django.db.backends.postgresql":
         target = directory / PG_DUMP_FILE
-        subprocess.run(["pg_dump", "--format=custom", f"--file={target}", _pg_url(conf)],
-                       check=True, capture_output=True, timeout=3600)
-        return {"engine": "postgresql", "file": PG_DUMP_FILE, "bytes": target.stat().st_size}
+        # Custom format: compressed, and pg_restore can --clean and restore in one transaction.
+        _pg_run("pg_dump", "--format=custom", f"--file={target}", "--no-password",
+                "--dbname", str(conf["NAME"]))
+        return {"engine": "postgresql", "file": PG_DUMP_FILE, "bytes": target.stat().st_size,
+                "server_version": _pg_major()}
     raise BackupError(f"no backup method for {conf['ENGINE']}")
 
 
@@ -151,10 +157,18 @@ def _database_restore(backup: Path, *, force: bool) -> dict[str, Any]:
             source.close()
         return {"engine": "sqlite", "file": str(target)}
     if conf["ENGINE"] == "django.db.backends.postgresql":
-        subprocess.run(["pg_restore", "--clean", "--if-exists", "--no-owner",
-                        f"--dbname={_pg_url(conf)}", str(backup / PG_DUMP_FILE)],
-                       check=True, capture_output=True, timeout=3600)
-        return {"engine": "postgresql"}
+        connection = connections["default"]
+        with connection.cursor():
+            tables = connection.introspection.table_names()
+        if tables and not force:
+            raise BackupError(f"database {conf['NAME']!r} on {conf['HOST']} has "
+                              f"{len(tables)} table(s); pass --force to replace them")
+        connections.close_all()
+        # All or nothing: a restore cut short leaves the database as it was.
+        _pg_run("pg_restore", "--clean", "--if-exists", "--no-owner", "--no-password",
+                "--single-transaction", "--exit-on-error", "--dbname", str(conf["NAME"]),
+                str(backup / PG_DUMP_FILE))
+        return {"engine": "postgresql", "database": str(conf["NAME"]), "host": conf["HOST"]}
     raise BackupError(f"no restore method for {conf['ENGINE']}")
 
 
@@ -198,10 +212,32 @@ def _redis_snapshot(target: Path) -> list[str]:
     return sorted(p.name for p in target.iterdir())
 
 
-def _pg_url(conf: dict[str, Any]) -> str:
-    url = (f"postgresql://{conf['USER']}:{conf['PASSWORD']}@{conf['HOST']}:"
-           f"{conf['PORT'] or 5432}/{conf['NAME']}")
-    # pg_dump and pg_restore reach a database on another host as the platform does: with
-    # its TLS options (sslmode=verify-full, sslrootcert), not libpq's unverified default.
-    tls = {k: v for k, v in conf.get("OPTIONS", {}).items() if k.startswith("ssl")}
-    return url + ("?" + urlencode(tls) if tls else "")
+def _pg_major() -> int:
+    connection = connections["default"]
+    connection.ensure_connection()
+    return int(connection.pg_version) // 10000
+
+
+def _pg_run(program: str, *args: str) -> None:
+    """Run a PostgreSQL client of the server's major version (pg_dump refuses a newer
+    server, and a newer pg_dump's archive an older pg_restore), with the host, port, user and
+    password of DATABASE_URL in its environment: never on its command line, which any local
+    user can read in ``ps``."""
+    conf = settings.DATABASES["default"]
+    major = _pg_major()
+    binary = settings.POSTGRES_CLIENT_ROOT / str(major) / "bin" / program
+    if not binary.exists():
+        raise BackupError(f"{binary} is missing: the server is PostgreSQL {major}; install "
+                          f"postgresql-client-{major}")
+    env = {**os.environ, "PGHOST": str(conf["HOST"]), "PGPORT": str(conf["PORT"] or 5432),
+           "PGUSER": str(conf["USER"]), "PGPASSWORD": str(conf["PASSWORD"]),
+           "PGAPPNAME": "platform-backup"}
+    # A database on another host is reached as the platform reaches it: with the URL's TLS
+    # options (sslmode=verify-full, sslrootcert, ...), not libpq's unverified default.
+    options = conf.get("OPTIONS", {})
+    env.update({variable: str(options[option]) for option, variable in LIBPQ_TLS_ENV
+                if option in options})
+    result = subprocess.run([str(binary), *args], env=env, capture_output=True, text=True,
+                            timeout=settings.BACKUP_DATABASE_TIMEOUT_S)
+    if result.returncode != 0:
+        raise BackupError(f"{program} failed ({result.returncode}): {result.stderr[-2000:]}")

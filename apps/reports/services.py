@@ -149,6 +149,17 @@ def job_runs_mark_lost(*, job: PeriodicJob) -> int:
     return lost
 
 
+def job_run_lock(*, run: JobRun) -> None:
+    """Hold ``run``'s row lock until the transaction ends (call inside ``atomic``).
+
+    Two attempts of one run (a takeover while the first still runs) then check and record
+    their effects one after the other: on SQLite the single writer did that by itself, on
+    PostgreSQL both would see the effect missing, both write, and the second fail on the
+    unique (run, key) constraint instead of skipping.
+    """
+    list(JobRun.objects.select_for_update().filter(pk=run.pk).values_list("pk", flat=True))
+
+
 def job_effect_done(*, run: JobRun, key: str) -> bool:
     return JobEffect.objects.filter(run=run, key=key).exists()
 
@@ -212,6 +223,7 @@ def usage_rollup(job: PeriodicJob, run: JobRun) -> str:
     key = f"rollup:{first.isoformat()}/{end.isoformat()}"
     with transaction.atomic():
         # The rows and their effect record commit together: a second run of the slot skips.
+        job_run_lock(run=run)
         if job_effect_done(run=run, key=key):
             return f"{line}: already written by an earlier attempt of this slot"
         UsageRollup.objects.filter(period_start__gte=first, period_start__lt=end).delete()
@@ -274,6 +286,7 @@ def _digest_message(
 def retention_purge(job: PeriodicJob, run: JobRun) -> str:
     now = timezone.now()
     with transaction.atomic():
+        job_run_lock(run=run)
         if job_effect_done(run=run, key="purge"):
             return "already purged by an earlier attempt of this slot"
         runs = JobRun.objects.filter(

@@ -27,6 +27,7 @@ def runs_of(stack: Any, doc_id: int) -> list[Any]:
         "WHERE document_id = ? ORDER BY id", doc_id)
 
 
+@pytest.mark.all_configs
 def test_sigkill_worker_mid_task_is_redelivered_within_bound_and_runs_once(make_stack, measure):
     stack = make_stack(env={"DOCUMENTS_PROCESSING_SECONDS": "6"})
     w1 = stack.start_worker("w1", concurrency=2)

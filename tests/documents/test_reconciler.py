@@ -42,6 +42,7 @@ def reconciler_runs(stack: Any) -> list[tuple[int, int]]:
             if (m := RECONCILED.search(r[0]))]
 
 
+@pytest.mark.all_configs
 def test_documents_whose_messages_redis_lost_are_finished_by_the_reconciler(make_stack,
                                                                            measure):
     stack = make_stack(env={**FAST_LEASES, **FAST_RECONCILER,
@@ -59,8 +60,8 @@ def test_documents_whose_messages_redis_lost_are_finished_by_the_reconciler(make
     with stack.db() as conn:
         conn.execute("INSERT INTO documents_documentrun (document_id, task_id, worker, pid, "
                      "redelivered, started_at, finished_at, outcome, detail) VALUES "
-                     "(?, 't', 'gone@h', 1, 0, datetime('now'), datetime('now'), 'retrying', "
-                     "'transient')", (lost_retry,))
+                     "(?, 't', 'gone@h', 1, FALSE, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, "
+                     "'retrying', 'transient')", (lost_retry,))
         conn.execute("UPDATE documents_document SET starts = 1, failure_reason = "
                      "'retrying: transient' WHERE id = ?", (lost_retry,))
         conn.commit()

@@ -57,6 +57,7 @@ def task_ids(stack: Any, doc_id: int) -> list[str]:
         "SELECT task_id FROM documents_documentrun WHERE document_id = ? ORDER BY id", doc_id)]
 
 
+@pytest.mark.all_configs
 def test_failed_skipped_and_superseded_deliveries_show_as_such_in_celery_events(make_stack):
     stack = make_stack(env={"DOCUMENTS_PROCESSING_SECONDS": "3"})
     events = EventLog(stack.redis.url)

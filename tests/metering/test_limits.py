@@ -49,7 +49,10 @@ def documents_of_tester(stack: Stack) -> int:
                        "ON u.id = d.owner_id WHERE u.username = 'tester'")[0][0]
 
 
-@pytest.mark.parametrize("backend", ["database", "redis"])
+# The database backend's race at the limit is one UPDATE with the limit in its WHERE: on
+# PostgreSQL that is a row lock held by concurrent transactions, so it runs there too.
+@pytest.mark.parametrize("backend", [pytest.param("database", marks=pytest.mark.all_configs),
+                                     "redis"])
 def test_concurrent_submissions_on_two_workers_are_counted_exactly(make_stack, measure,
                                                                     backend):
     stack = make_stack(env={"METERING_BACKEND": backend, "METERING_DAILY_LIMIT": str(LIMIT)})

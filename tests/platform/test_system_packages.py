@@ -11,8 +11,8 @@ from pathlib import Path
 from tests.procs import ROOT
 
 # Commands outside the virtual environment that the tests or the installed box run.
-COMMANDS = ("redis-server", "systemd-analyze", "systemctl", "runuser", "useradd", "openssl",
-            "chromium")
+COMMANDS = ("redis-server", "systemd-analyze", "systemctl", "runuser", "setpriv", "useradd",
+            "openssl", "chromium")
 
 
 def run_lib(tmp_path: Path, script: str, **env: str) -> subprocess.CompletedProcess[str]:

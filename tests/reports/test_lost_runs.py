@@ -58,6 +58,7 @@ def test_runs_of_dead_or_restarted_workers_are_marked_lost(heartbeats):
     assert dead.finished_at is not None
 
 
+@pytest.mark.all_configs
 def test_the_next_run_marks_the_lost_one_and_covers_its_window(heartbeats):
     finished = running(ROLLUP, 2, "w@h", 1)
     JobRun.objects.filter(pk=finished.pk).update(outcome="done")

@@ -26,6 +26,7 @@ from tests.scheduler.beats import (
 pytestmark = pytest.mark.processes
 
 
+@pytest.mark.all_configs
 def test_two_workers_two_beats_every_job_runs_once_per_slot_and_shows_on_the_page(
     make_stack, measure
 ):

@@ -23,13 +23,14 @@ pytestmark = pytest.mark.processes
 DIGEST = "reports.daily_digest"
 
 
+@pytest.mark.all_configs
 def test_a_run_whose_pool_child_was_killed_is_marked_lost(make_stack, measure):
     stack = make_stack(env=FAST_LEASES)
     with stack.db() as conn:
         conn.executemany(
             "INSERT INTO auth_user (password, is_superuser, username, first_name, last_name, "
-            "email, is_staff, is_active, date_joined) VALUES ('!', 0, ?, '', '', ?, 0, 1, "
-            "datetime('now'))",
+            "email, is_staff, is_active, date_joined) VALUES ('!', FALSE, ?, '', '', ?, FALSE, "
+            "TRUE, CURRENT_TIMESTAMP)",
             [(f"user{n}", f"user{n}@example.com") for n in range(1500)])
         conn.commit()
     worker = stack.start_worker("w1", concurrency=1)
