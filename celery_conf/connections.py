@@ -193,6 +193,15 @@ def async_subscriber(target: RedisTarget) -> aioredis.Redis:
     return sentinel.master_for(target.master)
 
 
+async def async_close(client: aioredis.Redis) -> None:
+    """Close ``client`` and, under Sentinel, its connections to the sentinels (the hub makes
+    a new subscriber at every reconnect; without this each one would leave three sockets)."""
+    await client.aclose()
+    manager = getattr(client.connection_pool, "sentinel_manager", None)
+    if manager is not None:
+        await manager.aclose()
+
+
 def async_log_client(target: RedisTarget) -> aioredis.Redis:
     """The hub's pooled client for replay reads and its status report: a bounded pool."""
     kwargs: dict[str, Any] = {"decode_responses": True, "socket_timeout": LOG_READ_TIMEOUT_S,

@@ -112,10 +112,48 @@ def spawn(name: str, argv: list[str], *, env: dict[str, str], log_dir: Path) -> 
     return Proc(name=name, popen=popen, log_path=log_path)
 
 
-class RedisServer:
-    """redis-server with the platform's config, on a free port, restartable from its files."""
+# Which Redis every Stack runs on: "single" (one redis-server, as shipped) or "sentinel" (a
+# primary, a replica and three sentinels, tests/sentinel.py). Read when a RedisServer is made.
+REDIS_TOPOLOGIES = ("single", "sentinel")
 
-    def __init__(self, base_dir: Path, *, overrides: dict[str, str] | None = None) -> None:
+
+def redis_topology(topology: str | None = None) -> str:
+    chosen = topology or os.environ.get("TEST_REDIS", "single")
+    if chosen not in REDIS_TOPOLOGIES:
+        raise ValueError(f"TEST_REDIS must be single or sentinel, got {chosen!r}")
+    return chosen
+
+
+class RedisURL(str):
+    """A Redis URL, plus the environment a platform process needs beyond REDIS_URL (the
+    Sentinel group's addresses and passwords); ``child_env`` adds it."""
+
+    env: dict[str, str]
+
+    def __new__(cls, url: str, *, env: dict[str, str]) -> RedisURL:
+        value = super().__new__(cls, url)
+        value.env = env
+        return value
+
+
+class RedisServer:
+    """redis-server with the platform's config, on a free port, restartable from its files.
+
+    Under TEST_REDIS=sentinel (or ``topology="sentinel"``) it is a ``tests.sentinel.
+    SentinelRedis`` instead: the same methods, on a Sentinel group's current primary.
+    """
+
+    def __new__(cls, base_dir: Path, *, overrides: dict[str, str] | None = None,
+                topology: str | None = None, name: str = "redis") -> RedisServer:
+        if cls is RedisServer and redis_topology(topology) == "sentinel":
+            from tests.sentinel import SentinelRedis
+
+            return super().__new__(SentinelRedis)
+        return super().__new__(cls)
+
+    def __init__(self, base_dir: Path, *, overrides: dict[str, str] | None = None,
+                 topology: str | None = None, name: str = "redis") -> None:
+        self.name = name
         self.dir = base_dir / "redis"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log_dir = base_dir / "log"
@@ -142,7 +180,7 @@ class RedisServer:
         ] + [f"{k} {v}" for k, v in self.overrides.items()]
         conf.write_text("\n".join(lines) + "\n")
         self.starts += 1
-        self.proc = spawn(f"redis-{self.starts}", ["redis-server", str(conf)],
+        self.proc = spawn(f"{self.name}-{self.starts}", ["redis-server", str(conf)],
                           env=dict(os.environ), log_dir=self.log_dir)
         client = self.client()
         wait_until(lambda: client.ping() and client.info("persistence")["loading"] == 0,
@@ -355,6 +393,7 @@ def child_env(base_dir: Path, *, database: Path, redis_url: str,
         "PYTHONUNBUFFERED": "1",
         "PATH": f"{BIN}:{env.get('PATH', '')}",
     })
+    env.update(getattr(redis_url, "env", {}))  # a Sentinel group's addresses (RedisURL)
     env.update(overrides)
     return env
 

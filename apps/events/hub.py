@@ -20,7 +20,12 @@ from typing import TYPE_CHECKING, Any, Literal
 import redis.asyncio as aioredis
 from django.conf import settings
 
-from celery_conf.connections import RedisTarget, async_log_client, async_subscriber
+from celery_conf.connections import (
+    RedisTarget,
+    async_close,
+    async_log_client,
+    async_subscriber,
+)
 
 from .bus import CHANNEL, CONTROL_CHANNEL
 from .frames import event_chunk
@@ -290,7 +295,7 @@ class Hub:
                 await self._report(client)
         finally:
             await pubsub.aclose()
-            await client.aclose()
+            await async_close(client)
 
     def _take(self, message: dict[str, Any], batch: list[Event]) -> None:
         """Add an event message to ``batch``; act on a control message, in order."""
