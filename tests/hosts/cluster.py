@@ -45,6 +45,10 @@ def make_certs(directory: Path, *, name: str, addresses: list[str]) -> Path:
 class HostRedis(RedisServer):
     """The platform's redis.conf bound to one address, optionally TLS only (``port 0``)."""
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> HostRedis:
+        # Always a single server on its address: the Sentinel topology is 11b's tests'.
+        return object.__new__(cls)
+
     def __init__(self, base_dir: Path, *, address: str, tls_dir: Path | None = None,
                  tls_name: str = "data") -> None:
         self.address = address
@@ -59,7 +63,8 @@ class HostRedis(RedisServer):
                 "tls-ca-cert-file": str(tls_dir / "ca.pem"),
                 "tls-auth-clients": "no",
             })
-        super().__init__(base_dir, overrides=overrides)
+        super().__init__(base_dir, overrides=overrides, topology="single",
+                         name=f"redis-{address}")
         self.port = free_port_on(address)
         if tls_dir is not None:
             self.overrides.update({"tls-port": str(self.port), "port": "0"})

@@ -97,7 +97,7 @@ def test_the_platform_runs_over_tls_between_hosts(tmp_path, measure):
         manifest = json.loads((backup / "manifest.json").read_text())
         assert manifest["database"]["engine"] == "postgresql"
         assert manifest["database"]["bytes"] > 0
-        restored = RedisServer(tmp_path / "restored")
+        restored = RedisServer(tmp_path / "restored", topology="single")
         restored.dir.rmdir()
         shutil.copytree(backup, restored.dir)
         restored.start()
