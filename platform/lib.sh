@@ -99,7 +99,7 @@ ENV
   export REDIS_BIND="${REDIS_BIND:-127.0.0.1}"
   if has_role data; then
     # This host runs Redis: its own, on the first address it binds (the password is ours).
-    export REDIS_URL="redis://:${REDIS_PASSWORD}@${REDIS_BIND%% *}:${REDIS_PORT}/0"
+    export REDIS_URL="$(redis_scheme)://:${REDIS_PASSWORD}@${REDIS_BIND%% *}:${REDIS_PORT}/0"
   elif [ -z "${REDIS_URL:-}" ] || [ -z "${DATABASE_URL:-}" ]; then
     echo "platform: PLATFORM_ROLES=$PLATFORM_ROLES has no 'data': set REDIS_URL and" \
       "DATABASE_URL to the data host's Redis and PostgreSQL (README, 'Several hosts')" >&2
@@ -183,6 +183,9 @@ ENV
   if [ -n "${DATABASE_URL:-}" ]; then
     echo "DATABASE_URL=$DATABASE_URL" >> "$PLATFORM_VAR_DIR/platform.env"
   fi
+  if [ -n "${REDIS_TLS_CA_FILE:-}" ]; then
+    echo "REDIS_TLS_CA_FILE=$REDIS_TLS_CA_FILE" >> "$PLATFORM_VAR_DIR/platform.env"
+  fi
   umask 022
 }
 
@@ -195,6 +198,26 @@ port $REDIS_PORT
 dir $PLATFORM_VAR_DIR/redis
 requirepass $REDIS_PASSWORD
 bind $REDIS_BIND
+$(redis_tls_lines)
 CONF
   umask 022
 }
+
+# TLS for the data host's Redis (adr/0026): with REDIS_TLS_CERT and REDIS_TLS_KEY (made by
+# platform/certs server) Redis speaks TLS only on its port (the plain port closed), and every
+# client verifies REDIS_TLS_CA_FILE. Clients authenticate with the password, not certificates.
+redis_tls_lines() {
+  [ -n "${REDIS_TLS_CERT:-}" ] || return 0
+  : "${REDIS_TLS_KEY:?platform: REDIS_TLS_CERT needs REDIS_TLS_KEY}"
+  : "${REDIS_TLS_CA_FILE:?platform: REDIS_TLS_CERT needs REDIS_TLS_CA_FILE (platform/certs ca)}"
+  cat <<CONF
+port 0
+tls-port $REDIS_PORT
+tls-cert-file $REDIS_TLS_CERT
+tls-key-file $REDIS_TLS_KEY
+tls-ca-cert-file $REDIS_TLS_CA_FILE
+tls-auth-clients no
+CONF
+}
+
+redis_scheme() { if [ -n "${REDIS_TLS_CERT:-}" ]; then echo rediss; else echo redis; fi; }

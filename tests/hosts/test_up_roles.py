@@ -9,8 +9,9 @@ import signal
 import subprocess
 
 import pytest
+import redis
 
-from tests.hosts.cluster import DataHost
+from tests.hosts.cluster import DataHost, free_port_on, make_certs
 from tests.platform.test_up import stop_leftovers
 from tests.procs import BIN, ROOT, free_port, wait_until
 
@@ -84,3 +85,49 @@ def test_the_installed_target_wants_only_the_units_of_the_roles():
     assert "Wants=@WANTS@" in target
     for unit in (ROOT / "platform/systemd").glob("platform-*"):
         assert "Wants=platform-redis" not in unit.read_text(), unit.name
+
+
+def test_platform_up_on_a_data_host_serves_redis_over_tls_on_its_address_only(tmp_path,
+                                                                             measure):
+    certs = make_certs(tmp_path / "certs", name="data", addresses=["127.0.0.2"])
+    port = free_port_on("127.0.0.2")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "DJANGO_"))}
+    env.update({"PLATFORM_VAR_DIR": str(tmp_path / "var"), "VENV": str(BIN.parent),
+                "REDIS_PORT": str(port), "PLATFORM_ROLES": "data",
+                "REDIS_BIND": "127.0.0.2", "REDIS_TLS_CERT": str(certs / "data.pem"),
+                "REDIS_TLS_KEY": str(certs / "data.key"),
+                "REDIS_TLS_CA_FILE": str(certs / "ca.pem")})
+    log = open(tmp_path / "up.log", "w")
+    up = subprocess.Popen(["bash", "platform/up"], cwd=ROOT, env=env, stdout=log,
+                          stderr=subprocess.STDOUT, start_new_session=True)
+    output = lambda: (tmp_path / "up.log").read_text()  # noqa: E731
+    try:
+        wait_until(lambda: "running; press Ctrl-C to stop" in output(), timeout=120,
+                   what="platform/up reports the data host running")
+        assert re.search(r"^redis\s+RUNNING", output(), re.MULTILINE)
+        assert re.search(r"^web\s+STOPPED", output(), re.MULTILINE)
+        password = dict(line.split("=", 1) for line in
+                        (tmp_path / "var/dev.env").read_text().splitlines())["REDIS_PASSWORD"]
+        tls = redis.Redis(host="127.0.0.2", port=port, password=password, ssl=True,
+                          ssl_ca_certs=str(certs / "ca.pem"), socket_timeout=3)
+        assert tls.ping()
+        assert tls.config_get("bind") == {"bind": "127.0.0.2"}
+        outcomes = {}
+        for name, host, kwargs in (("plain text", "127.0.0.2", {}),
+                                   ("127.0.0.1", "127.0.0.1", {"ssl": True, "ssl_ca_certs":
+                                                               str(certs / "ca.pem")})):
+            client = redis.Redis(host=host, port=port, password=password, socket_timeout=3,
+                                 socket_connect_timeout=3, **kwargs)
+            try:
+                client.ping()
+                outcomes[name] = "accepted"
+            except redis.RedisError as exc:
+                outcomes[name] = type(exc).__name__
+        assert outcomes == {"plain text": "ConnectionError", "127.0.0.1": "ConnectionError"}
+        env_file = (tmp_path / "var/platform.env").read_text()
+        assert f"REDIS_URL=rediss://:{password}@127.0.0.2:{port}/0" in env_file
+        os.killpg(up.pid, signal.SIGTERM)
+        assert up.wait(timeout=120) == 0
+        measure(refused=len(outcomes))
+    finally:
+        stop_leftovers(up, tmp_path / "var" / "supervisord.pid")
