@@ -96,6 +96,19 @@ install_if_changed() {
 
 secret() { "$SYSTEM_PYTHON" -c "import secrets; print(secrets.token_urlsafe($1))"; }
 
+# A host without the data role joins the data host: the shared values come from the first
+# host's platform.env. One secret key for every web host: a session or CSRF token signed on
+# one must verify on the others. Checked before anything is built or written.
+join_values_check() {
+  local roles="${PLATFORM_ROLES:-web,workers,beat,flower,data}"
+  roles_include "$roles" data && return 0
+  if [ -z "${DJANGO_SECRET_KEY:-}" ] || [ -z "${REDIS_URL:-}" ] || [ -z "${DATABASE_URL:-}" ]; then
+    echo "platform/install: PLATFORM_ROLES=$roles has no 'data': give DJANGO_SECRET_KEY," \
+      "REDIS_URL and DATABASE_URL from the data host (README, 'Several hosts')" >&2
+    exit 1
+  fi
+}
+
 # Generated once; a second install keeps every value (and the secrets with it).
 ensure_env_file() {
   local host="$1"
@@ -105,18 +118,11 @@ ensure_env_file() {
     local secret_key="${DJANGO_SECRET_KEY:-}" redis_url="${REDIS_URL:-}"
     local database_url="${DATABASE_URL:-sqlite:///$DATA_DIR/db.sqlite3}"
     redis_password="${REDIS_PASSWORD:-$(secret 24)}"
-    if ! roles_include "$roles" data; then
-      # Joining the data host: the shared values come from the first host's platform.env.
-      # One secret key for every web host: a session or CSRF token signed on one must verify
-      # on the others.
-      if [ -z "$secret_key" ] || [ -z "$redis_url" ] || [ -z "${DATABASE_URL:-}" ]; then
-        echo "platform/install: PLATFORM_ROLES=$roles has no 'data': give DJANGO_SECRET_KEY," \
-          "REDIS_URL and DATABASE_URL from the data host (README, 'Several hosts')" >&2
-        exit 1
-      fi
-    fi
+    join_values_check
     [ -n "$secret_key" ] || secret_key="$(secret 48)"
-    [ -n "$redis_url" ] || redis_url="redis://:$redis_password@127.0.0.1:$redis_port/0"
+    local bind="${REDIS_BIND:-127.0.0.1}" tls_lines
+    tls_lines="$(install_redis_tls)"
+    [ -n "$redis_url" ] || redis_url="$(redis_scheme)://:$redis_password@${bind%% *}:$redis_port/0"
     origin="https://$host"
     [ "$web_port" = 443 ] || origin="$origin:$web_port"
     local tmp
@@ -133,8 +139,9 @@ PLATFORM_VAR_DIR=$DATA_DIR
 PLATFORM_ROLES=$roles
 REDIS_PASSWORD=$redis_password
 REDIS_PORT=$redis_port
-REDIS_BIND=${REDIS_BIND:-127.0.0.1}
+REDIS_BIND=$bind
 REDIS_URL=$redis_url
+$tls_lines
 FLOWER_PORT=${FLOWER_PORT:-5555}
 FLOWER_BASIC_AUTH=admin:$(secret 24)
 WEB_HOST=${WEB_HOST:-0.0.0.0}
@@ -150,6 +157,27 @@ ENV
   # shellcheck disable=SC1090
   . "$ENV_FILE"
   set +a
+}
+
+# TLS between hosts (adr/0026), given at the first install: REDIS_TLS_CA_FILE (every host: the
+# private CA its clients verify) and, on the data host, REDIS_TLS_CERT and REDIS_TLS_KEY (its
+# pair, platform/certs). Copied where the platform's user reads them; prints the environment
+# file's lines naming the copies.
+install_redis_tls() {
+  local tls="$ETC_DIR/tls"
+  if [ -n "${REDIS_TLS_CA_FILE:-}" ]; then
+    install_if_changed "$REDIS_TLS_CA_FILE" "$tls/ca.pem" 644 root "$PLATFORM_USER"
+    REDIS_TLS_CA_FILE="$tls/ca.pem"
+    echo "REDIS_TLS_CA_FILE=$REDIS_TLS_CA_FILE"
+  fi
+  if [ -n "${REDIS_TLS_CERT:-}" ]; then
+    : "${REDIS_TLS_KEY:?platform/install: REDIS_TLS_CERT needs REDIS_TLS_KEY}"
+    : "${REDIS_TLS_CA_FILE:?platform/install: REDIS_TLS_CERT needs REDIS_TLS_CA_FILE}"
+    install_if_changed "$REDIS_TLS_CERT" "$tls/redis-server.pem" 644 root "$PLATFORM_USER"
+    install_if_changed "$REDIS_TLS_KEY" "$tls/redis-server.key" 640 root "$PLATFORM_USER"
+    REDIS_TLS_CERT="$tls/redis-server.pem" REDIS_TLS_KEY="$tls/redis-server.key"
+    printf '%s\n' "REDIS_TLS_CERT=$REDIS_TLS_CERT" "REDIS_TLS_KEY=$REDIS_TLS_KEY"
+  fi
 }
 
 # The certificate given, or a self-signed one generated once (ten years, the box's name).
@@ -178,6 +206,7 @@ port $REDIS_PORT
 dir $DATA_DIR/redis
 requirepass $REDIS_PASSWORD
 bind ${REDIS_BIND:-127.0.0.1}
+$(redis_tls_lines)
 CONF
   install_if_changed "$tmp" "$1" 640 root "$PLATFORM_USER"
   rm -f "$tmp"

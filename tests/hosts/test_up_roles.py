@@ -131,3 +131,15 @@ def test_platform_up_on_a_data_host_serves_redis_over_tls_on_its_address_only(tm
         measure(refused=len(outcomes))
     finally:
         stop_leftovers(up, tmp_path / "var" / "supervisord.pid")
+
+
+def test_install_of_a_host_without_data_refuses_before_writing_without_the_shared_values(
+        tmp_path):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_", "DJANGO_")) and k not in ("REDIS_URL", "DATABASE_URL")}
+    result = subprocess.run(["bash", "platform/install", "--prefix", str(tmp_path / "root"),
+                             "--roles", "web,workers"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "has no 'data': give DJANGO_SECRET_KEY, REDIS_URL and DATABASE_URL" in result.stderr
+    assert not (tmp_path / "root").exists()
