@@ -146,7 +146,10 @@ class InflightLease(bootsteps.StartStopStep):
             return
         if float(other["at"]) <= self.written_at:
             return  # written before this worker's last write: a predecessor, now dead
-        if float(other.get("started", 0)) > self.started:
+        # The elder keeps the name; a tie (same start time) goes to the smaller instance id,
+        # so exactly one of the two stops.
+        if (float(other.get("started", 0)), str(other["instance"])) > (self.started,
+                                                                        self.instance):
             logger.error("a newer worker named %s is alive too (pid %s on host %s); it stops",
                          c.hostname, other.get("pid"), other.get("host"))
             return
