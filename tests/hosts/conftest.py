@@ -16,12 +16,6 @@ HOST_B, HOST_C = "127.0.0.3", "127.0.0.4"
 FAST = {**FAST_LEASES, **FAST_RECONCILER, "DOCUMENTS_PROCESSING_SECONDS": "0.5"}
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    # 11a registers it in pyproject.toml too; registering twice is harmless.
-    config.addinivalue_line(
-        "markers", "past_one_box: several hosts, PostgreSQL, Sentinel (CI's second pass)")
-
-
 class Cluster:
     """One data host (127.0.0.2) and two app hosts: hostB (127.0.0.3), hostC (127.0.0.4)."""
 
