@@ -97,6 +97,7 @@ ENV
   # Addresses this host listens on: loopback unless told otherwise (several hosts: README).
   export WEB_HOST="${WEB_HOST:-127.0.0.1}"
   export REDIS_BIND="${REDIS_BIND:-127.0.0.1}"
+  data_bind_check "$PLATFORM_ROLES" "$REDIS_BIND" REDIS_BIND
   if has_role data; then
     # This host runs Redis: its own, on the first address it binds (the password is ours).
     export REDIS_URL="$(redis_scheme)://:${REDIS_PASSWORD}@${REDIS_BIND%% *}:${REDIS_PORT}/0"
@@ -132,6 +133,20 @@ export_roles() {
 
 has_role() { case ",$PLATFORM_ROLES," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
+# A host whose only role is data serves other hosts alone: Redis (and PostgreSQL) bound to
+# loopback only would refuse every one of them. Refused here, not found later by each app host.
+data_bind_check() {
+  local roles="$1" bind="$2" name="$3" address
+  case ",$roles," in *,data,*) ;; *) return 0 ;; esac
+  case ",$roles," in *,web,*|*,workers,*|*,beat,*|*,flower,*) return 0 ;; esac
+  for address in $bind; do
+    case "$address" in 127.0.0.1|::1|localhost) ;; *) return 0 ;; esac
+  done
+  echo "platform: PLATFORM_ROLES=$roles serves other hosts, but $name=$bind is loopback only:" \
+    "set it to this host's address on their network (README, 'Several hosts')" >&2
+  exit 1
+}
+
 # PostgreSQL instead of SQLite, when PLATFORM_DATABASE=postgres: the project's own cluster in
 # var/postgres (platform/postgres: an unprivileged user, passwords only, loopback), its
 # password generated once into var/postgres.password, DATABASE_URL pointing at it.
@@ -141,6 +156,7 @@ ensure_postgres() {
   case ",${PLATFORM_ROLES:-data}," in *,data,*) ;; *) return 0 ;; esac
   # The address it listens on: loopback unless told (several hosts: README).
   local bind="${POSTGRES_BIND:-127.0.0.1}"
+  data_bind_check "${PLATFORM_ROLES:-data,web}" "$bind" POSTGRES_BIND
   ensure_system_packages postgresql
   local dir="$PLATFORM_VAR_DIR/postgres" pwfile="$PLATFORM_VAR_DIR/postgres.password"
   mkdir -p "$PLATFORM_VAR_DIR"

@@ -121,6 +121,7 @@ ensure_env_file() {
     join_values_check
     [ -n "$secret_key" ] || secret_key="$(secret 48)"
     local bind="${REDIS_BIND:-127.0.0.1}" tls_lines
+    data_bind_check "$roles" "$bind" REDIS_BIND
     tls_lines="$(install_redis_tls)"
     [ -n "$redis_url" ] || redis_url="$(redis_scheme)://:$redis_password@${bind%% *}:$redis_port/0"
     origin="https://$host"

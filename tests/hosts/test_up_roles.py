@@ -143,3 +143,14 @@ def test_install_of_a_host_without_data_refuses_before_writing_without_the_share
     assert result.returncode == 1, result.stdout + result.stderr
     assert "has no 'data': give DJANGO_SECRET_KEY, REDIS_URL and DATABASE_URL" in result.stderr
     assert not (tmp_path / "root").exists()
+
+
+def test_a_data_only_host_bound_to_loopback_is_refused(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "DJANGO_"))}
+    env.update({"PLATFORM_VAR_DIR": str(tmp_path / "var"), "VENV": str(BIN.parent),
+                "PLATFORM_ROLES": "data"})
+    result = subprocess.run(["bash", "platform/up"], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "REDIS_BIND=127.0.0.1 is loopback only" in result.stderr
+    assert not (tmp_path / "var" / "supervisord.pid").exists()
