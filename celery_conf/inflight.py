@@ -16,7 +16,8 @@ consumer is shut down for good, after the pool has finished.
 The same thread writes ``platform:worker:<hostname>``, a heartbeat key with a short TTL that
 ``manage.py status`` and the reconciler read instead of the slow ``celery inspect ping``
 (celery#4079). It names the main process and the pool processes, so a run recorded by a pool
-child that died is told from a live one (celery_conf/liveness.py).
+child that died is told from a live one (celery_conf/liveness.py). Two live workers under one
+name (hosts cloned with one host name) are found within a renewal and the newer stops.
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import threading
 import time
+import uuid
 from typing import Any
 
 from celery import bootsteps
@@ -57,6 +60,12 @@ class InflightLease(bootsteps.StartStopStep):
         self.thread: threading.Thread | None = None
         self.stopped = threading.Event()
         self.channel: Any = None
+        # Who writes this worker's heartbeat: two processes under one name are told apart.
+        self.host = c.app.conf.get("platform_host_name") or ""
+        self.instance = uuid.uuid4().hex[:12]
+        self.started = time.time()
+        self.written_at = 0.0  # when this process last wrote its heartbeat
+        self.stopping = False
 
     def start(self, c: Any) -> None:
         self._remember_channel(c)
@@ -111,10 +120,42 @@ class InflightLease(bootsteps.StartStopStep):
             pipe.set(
                 HEARTBEAT_KEY_PREFIX + c.hostname,
                 json.dumps({"pid": os.getpid(), "children": pool_pids(c),
-                            "inflight": len(tags), "at": now}),
-                ex=self.ttl,
+                            "inflight": len(tags), "at": now, "host": self.host,
+                            "instance": self.instance, "started": self.started}),
+                ex=self.ttl, get=True,
             )
-            pipe.execute()
+            previous = pipe.execute()[-1]
         except channel.connection_errors as exc:
             # The consumer reconnects on its own; its old leases expire and are redelivered.
             logger.warning("could not renew in-flight leases: %s", exc)
+            return
+        self._check_same_name(c, previous)
+        self.written_at = now
+
+    def _check_same_name(self, c: Any, previous: bytes | str | None) -> None:
+        """Two live workers under one node name (hosts cloned with one host name) overwrite
+        each other's heartbeat, and the reconciler then reads one's pids as the other's: it
+        re-enqueues documents that are still running. A heartbeat written by another process
+        after this one's last write proves the other is alive; the newer of the two stops
+        (warm shutdown: its running tasks finish), and its restarts keep stopping, with the
+        fix in the log, until the name is made unique (PLATFORM_HOST_NAME, adr/0026)."""
+        if previous is None or not self.written_at or self.stopping:
+            return
+        other = json.loads(previous)
+        if other.get("instance") in (None, self.instance):
+            return
+        if float(other["at"]) <= self.written_at:
+            return  # written before this worker's last write: a predecessor, now dead
+        # The elder keeps the name; a tie (same start time) goes to the smaller instance id,
+        # so exactly one of the two stops.
+        if (float(other.get("started", 0)), str(other["instance"])) > (self.started,
+                                                                        self.instance):
+            logger.error("a newer worker named %s is alive too (pid %s on host %s); it stops",
+                         c.hostname, other.get("pid"), other.get("host"))
+            return
+        self.stopping = True
+        logger.error(
+            "another worker named %s is alive (pid %s on host %s, started earlier): stopping "
+            "this one. Give every host its own PLATFORM_HOST_NAME (worker names are "
+            "<name>@<host name>)", c.hostname, other.get("pid"), other.get("host"))
+        os.kill(os.getpid(), signal.SIGTERM)

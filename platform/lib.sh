@@ -90,10 +90,61 @@ ENV
   export WEB_WORKERS="${WEB_WORKERS:-2}"
   export CELERY_WORKERS="${CELERY_WORKERS:-2}"
   export CELERY_CONCURRENCY="${CELERY_CONCURRENCY:-2}"
-  export REDIS_URL="redis://:${REDIS_PASSWORD}@127.0.0.1:${REDIS_PORT}/0"
   export FLOWER_BASIC_AUTH="${FLOWER_USER}:${FLOWER_PASSWORD}"
   export DJANGO_SETTINGS_MODULE="${DJANGO_SETTINGS_MODULE:-config.settings.development}"
+  export_roles
+  export PLATFORM_HOST_NAME="${PLATFORM_HOST_NAME:-$(hostname)}"
+  # Addresses this host listens on: loopback unless told otherwise (several hosts: README).
+  export WEB_HOST="${WEB_HOST:-127.0.0.1}"
+  export REDIS_BIND="${REDIS_BIND:-127.0.0.1}"
+  data_bind_check "$PLATFORM_ROLES" "$REDIS_BIND" REDIS_BIND
+  if has_role data; then
+    # This host runs Redis: its own, on the first address it binds (the password is ours).
+    export REDIS_URL="$(redis_scheme)://:${REDIS_PASSWORD}@${REDIS_BIND%% *}:${REDIS_PORT}/0"
+  elif [ -z "${REDIS_URL:-}" ] || [ -z "${DATABASE_URL:-}" ]; then
+    echo "platform: PLATFORM_ROLES=$PLATFORM_ROLES has no 'data': set REDIS_URL and" \
+      "DATABASE_URL to the data host's Redis and PostgreSQL (README, 'Several hosts')" >&2
+    exit 1
+  fi
   write_platform_env
+}
+
+# PLATFORM_ROLES (default: all) decides which programs start here; START_<ROLE> feeds
+# supervisord's autostart= (platform/supervisord.conf). Settings validate the names again.
+ALL_ROLES="web workers beat flower data"
+export_roles() {
+  export PLATFORM_ROLES="${PLATFORM_ROLES:-${ALL_ROLES// /,}}"
+  local role
+  for role in ${PLATFORM_ROLES//,/ }; do
+    case " $ALL_ROLES " in
+      *" $role "*) ;;
+      *) echo "platform: PLATFORM_ROLES names unknown role '$role' (choose from $ALL_ROLES)" >&2
+         exit 1 ;;
+    esac
+  done
+  for role in $ALL_ROLES; do
+    if has_role "$role"; then
+      export "START_${role^^}=true"
+    else
+      export "START_${role^^}=false"
+    fi
+  done
+}
+
+has_role() { case ",$PLATFORM_ROLES," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+
+# A host whose only role is data serves other hosts alone: Redis (and PostgreSQL) bound to
+# loopback only would refuse every one of them. Refused here, not found later by each app host.
+data_bind_check() {
+  local roles="$1" bind="$2" name="$3" address
+  case ",$roles," in *,data,*) ;; *) return 0 ;; esac
+  case ",$roles," in *,web,*|*,workers,*|*,beat,*|*,flower,*) return 0 ;; esac
+  for address in $bind; do
+    case "$address" in 127.0.0.1|::1|localhost) ;; *) return 0 ;; esac
+  done
+  echo "platform: PLATFORM_ROLES=$roles serves other hosts, but $name=$bind is loopback only:" \
+    "set it to this host's address on their network (README, 'Several hosts')" >&2
+  exit 1
 }
 
 # PostgreSQL instead of SQLite, when PLATFORM_DATABASE=postgres: the project's own cluster in
@@ -101,6 +152,11 @@ ENV
 # password generated once into var/postgres.password, DATABASE_URL pointing at it.
 ensure_postgres() {
   [ "${PLATFORM_DATABASE:-sqlite}" = postgres ] || return 0
+  # Only on the data host (PLATFORM_ROLES, default all); others use its DATABASE_URL.
+  case ",${PLATFORM_ROLES:-data}," in *,data,*) ;; *) return 0 ;; esac
+  # The address it listens on: loopback unless told (several hosts: README).
+  local bind="${POSTGRES_BIND:-127.0.0.1}"
+  data_bind_check "${PLATFORM_ROLES:-data,web}" "$bind" POSTGRES_BIND
   ensure_system_packages postgresql
   local dir="$PLATFORM_VAR_DIR/postgres" pwfile="$PLATFORM_VAR_DIR/postgres.password"
   mkdir -p "$PLATFORM_VAR_DIR"
@@ -113,14 +169,15 @@ ensure_postgres() {
     "$PLATFORM_ROOT/platform/postgres" init "$dir"
   fi
   if ! "$PLATFORM_ROOT/platform/postgres" status "$dir" >/dev/null 2>&1; then
-    say "starting PostgreSQL on 127.0.0.1:$POSTGRES_PORT"
-    "$PLATFORM_ROOT/platform/postgres" start "$dir" 127.0.0.1 "$POSTGRES_PORT"
+    say "starting PostgreSQL on $bind:$POSTGRES_PORT"
+    "$PLATFORM_ROOT/platform/postgres" start "$dir" "$bind" "$POSTGRES_PORT"
   fi
-  export DATABASE_URL="postgres://platform:${POSTGRES_PASSWORD}@127.0.0.1:${POSTGRES_PORT}/platform"
+  export DATABASE_URL="postgres://platform:${POSTGRES_PASSWORD}@${bind}:${POSTGRES_PORT}/platform"
 }
 
 stop_postgres() {
   [ "${PLATFORM_DATABASE:-sqlite}" = postgres ] || return 0
+  case ",${PLATFORM_ROLES:-data}," in *,data,*) ;; *) return 0 ;; esac
   "$PLATFORM_ROOT/platform/postgres" stop "$PLATFORM_VAR_DIR/postgres" || true
 }
 
@@ -133,10 +190,18 @@ write_platform_env() {
 DJANGO_SETTINGS_MODULE=$DJANGO_SETTINGS_MODULE
 DJANGO_SECRET_KEY=$DJANGO_SECRET_KEY
 PLATFORM_VAR_DIR=$PLATFORM_VAR_DIR
+PLATFORM_ROLES=$PLATFORM_ROLES
+PLATFORM_HOST_NAME=$PLATFORM_HOST_NAME
 REDIS_URL=$REDIS_URL
 FLOWER_BASIC_AUTH=$FLOWER_BASIC_AUTH
 ${DATABASE_URL:+DATABASE_URL=$DATABASE_URL}
 ENV
+  if [ -n "${DATABASE_URL:-}" ]; then
+    echo "DATABASE_URL=$DATABASE_URL" >> "$PLATFORM_VAR_DIR/platform.env"
+  fi
+  if [ -n "${REDIS_TLS_CA_FILE:-}" ]; then
+    echo "REDIS_TLS_CA_FILE=$REDIS_TLS_CA_FILE" >> "$PLATFORM_VAR_DIR/platform.env"
+  fi
   umask 022
 }
 
@@ -148,6 +213,27 @@ include $PLATFORM_ROOT/platform/redis.conf
 port $REDIS_PORT
 dir $PLATFORM_VAR_DIR/redis
 requirepass $REDIS_PASSWORD
+bind $REDIS_BIND
+$(redis_tls_lines)
 CONF
   umask 022
 }
+
+# TLS for the data host's Redis (adr/0026): with REDIS_TLS_CERT and REDIS_TLS_KEY (made by
+# platform/certs server) Redis speaks TLS only on its port (the plain port closed), and every
+# client verifies REDIS_TLS_CA_FILE. Clients authenticate with the password, not certificates.
+redis_tls_lines() {
+  [ -n "${REDIS_TLS_CERT:-}" ] || return 0
+  : "${REDIS_TLS_KEY:?platform: REDIS_TLS_CERT needs REDIS_TLS_KEY}"
+  : "${REDIS_TLS_CA_FILE:?platform: REDIS_TLS_CERT needs REDIS_TLS_CA_FILE (platform/certs ca)}"
+  cat <<CONF
+port 0
+tls-port $REDIS_PORT
+tls-cert-file $REDIS_TLS_CERT
+tls-key-file $REDIS_TLS_KEY
+tls-ca-cert-file $REDIS_TLS_CA_FILE
+tls-auth-clients no
+CONF
+}
+
+redis_scheme() { if [ -n "${REDIS_TLS_CERT:-}" ]; then echo rediss; else echo redis; fi; }

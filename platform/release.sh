@@ -96,12 +96,34 @@ install_if_changed() {
 
 secret() { "$SYSTEM_PYTHON" -c "import secrets; print(secrets.token_urlsafe($1))"; }
 
+# A host without the data role joins the data host: the shared values come from the first
+# host's platform.env. One secret key for every web host: a session or CSRF token signed on
+# one must verify on the others. Checked before anything is built or written.
+join_values_check() {
+  local roles="${PLATFORM_ROLES:-web,workers,beat,flower,data}"
+  roles_include "$roles" data && return 0
+  if [ -z "${DJANGO_SECRET_KEY:-}" ] || [ -z "${REDIS_URL:-}" ] || [ -z "${DATABASE_URL:-}" ]; then
+    echo "platform/install: PLATFORM_ROLES=$roles has no 'data': give DJANGO_SECRET_KEY," \
+      "REDIS_URL and DATABASE_URL from the data host (README, 'Several hosts')" >&2
+    exit 1
+  fi
+}
+
 # Generated once; a second install keeps every value (and the secrets with it).
 ensure_env_file() {
   local host="$1"
   if [ ! -f "$ENV_FILE" ]; then
     local web_port="${WEB_PORT:-443}" redis_port="${REDIS_PORT:-6390}" redis_password origin
-    redis_password="$(secret 24)"
+    local roles="${PLATFORM_ROLES:-web,workers,beat,flower,data}"
+    local secret_key="${DJANGO_SECRET_KEY:-}" redis_url="${REDIS_URL:-}"
+    local database_url="${DATABASE_URL:-sqlite:///$DATA_DIR/db.sqlite3}"
+    redis_password="${REDIS_PASSWORD:-$(secret 24)}"
+    join_values_check
+    [ -n "$secret_key" ] || secret_key="$(secret 48)"
+    local bind="${REDIS_BIND:-127.0.0.1}" tls_lines
+    data_bind_check "$roles" "$bind" REDIS_BIND
+    tls_lines="$(install_redis_tls)"
+    [ -n "$redis_url" ] || redis_url="$(redis_scheme)://:$redis_password@${bind%% *}:$redis_port/0"
     origin="https://$host"
     [ "$web_port" = 443 ] || origin="$origin:$web_port"
     local tmp
@@ -110,14 +132,17 @@ ensure_env_file() {
 # Written once by platform/install; every process of the platform reads it (systemd's
 # EnvironmentFile=, platform-manage). Secrets: root and $PLATFORM_USER only.
 DJANGO_SETTINGS_MODULE=config.settings.production
-DJANGO_SECRET_KEY=$(secret 48)
+DJANGO_SECRET_KEY=$secret_key
 DJANGO_ALLOWED_HOSTS=$host,localhost,127.0.0.1
 DJANGO_CSRF_TRUSTED_ORIGINS=$origin
-DATABASE_URL=sqlite:///$DATA_DIR/db.sqlite3
+DATABASE_URL=$database_url
 PLATFORM_VAR_DIR=$DATA_DIR
+PLATFORM_ROLES=$roles
 REDIS_PASSWORD=$redis_password
 REDIS_PORT=$redis_port
-REDIS_URL=redis://:$redis_password@127.0.0.1:$redis_port/0
+REDIS_BIND=$bind
+REDIS_URL=$redis_url
+$tls_lines
 FLOWER_PORT=${FLOWER_PORT:-5555}
 FLOWER_BASIC_AUTH=admin:$(secret 24)
 WEB_HOST=${WEB_HOST:-0.0.0.0}
@@ -133,6 +158,27 @@ ENV
   # shellcheck disable=SC1090
   . "$ENV_FILE"
   set +a
+}
+
+# TLS between hosts (adr/0026), given at the first install: REDIS_TLS_CA_FILE (every host: the
+# private CA its clients verify) and, on the data host, REDIS_TLS_CERT and REDIS_TLS_KEY (its
+# pair, platform/certs). Copied where the platform's user reads them; prints the environment
+# file's lines naming the copies.
+install_redis_tls() {
+  local tls="$ETC_DIR/tls"
+  if [ -n "${REDIS_TLS_CA_FILE:-}" ]; then
+    install_if_changed "$REDIS_TLS_CA_FILE" "$tls/ca.pem" 644 root "$PLATFORM_USER"
+    REDIS_TLS_CA_FILE="$tls/ca.pem"
+    echo "REDIS_TLS_CA_FILE=$REDIS_TLS_CA_FILE"
+  fi
+  if [ -n "${REDIS_TLS_CERT:-}" ]; then
+    : "${REDIS_TLS_KEY:?platform/install: REDIS_TLS_CERT needs REDIS_TLS_KEY}"
+    : "${REDIS_TLS_CA_FILE:?platform/install: REDIS_TLS_CERT needs REDIS_TLS_CA_FILE}"
+    install_if_changed "$REDIS_TLS_CERT" "$tls/redis-server.pem" 644 root "$PLATFORM_USER"
+    install_if_changed "$REDIS_TLS_KEY" "$tls/redis-server.key" 640 root "$PLATFORM_USER"
+    REDIS_TLS_CERT="$tls/redis-server.pem" REDIS_TLS_KEY="$tls/redis-server.key"
+    printf '%s\n' "REDIS_TLS_CERT=$REDIS_TLS_CERT" "REDIS_TLS_KEY=$REDIS_TLS_KEY"
+  fi
 }
 
 # The certificate given, or a self-signed one generated once (ten years, the box's name).
@@ -160,17 +206,36 @@ include $APP_DIR/current/platform/redis.conf
 port $REDIS_PORT
 dir $DATA_DIR/redis
 requirepass $REDIS_PASSWORD
+bind ${REDIS_BIND:-127.0.0.1}
+$(redis_tls_lines)
 CONF
   install_if_changed "$tmp" "$1" 640 root "$PLATFORM_USER"
   rm -f "$tmp"
 }
 
+# Is role $2 in the comma list $1?
+roles_include() { case ",$1," in *",$2,"*) return 0 ;; *) return 1 ;; esac; }
+
+# The units platform.target starts on this host: those of its roles (PLATFORM_ROLES, from the
+# environment file; default all). Every unit file is installed either way.
+role_units() {
+  local roles="${PLATFORM_ROLES:-web,workers,beat,flower,data}" units=()
+  roles_include "$roles" data && units+=(platform-redis.service)
+  roles_include "$roles" web && units+=(platform-web.socket platform-web.service)
+  roles_include "$roles" workers && units+=(platform-worker@1.service platform-worker@2.service)
+  roles_include "$roles" beat && units+=(platform-beat@1.service platform-beat@2.service)
+  roles_include "$roles" flower && units+=(platform-flower.service)
+  echo "${units[*]}"
+}
+
 install_units() {
-  local unit tmp
+  local unit tmp wants
   tmp="$(mktemp)"
+  wants="$(role_units)"
   for unit in "$PLATFORM_ROOT"/platform/systemd/*; do
     sed -e "s|@USER@|$PLATFORM_USER|g" -e "s|@ETC_DIR@|$ETC_DIR|g" \
         -e "s|@DATA_DIR@|$DATA_DIR|g" -e "s|@APP_DIR@|$APP_DIR|g" \
+        -e "s|@WANTS@|$wants|g" \
         -e "s|@WEB_LISTEN@|$WEB_HOST:$WEB_PORT|g" "$unit" > "$tmp"
     install_if_changed "$tmp" "$UNIT_DIR/$(basename "$unit")" 644 root root
   done

@@ -50,10 +50,11 @@ JOURNAL_KEY = f"{KEY_PREFIX}:journal"
 SAFETY_FRACTION = 0.1
 
 
-def beat_identity() -> str:
-    """``<name>@<host>:<pid>``; the name is the supervisor's process name (beat1, beat2)."""
+def beat_identity(host: str | None = None) -> str:
+    """``<name>@<host>:<pid>``; the name is the supervisor's process name (beat1, beat2), the
+    host the platform's host name (PLATFORM_HOST_NAME) when the app's config gives it."""
     name = os.environ.get("BEAT_NAME") or os.environ.get("SUPERVISOR_PROCESS_NAME") or "beat"
-    return f"{name}@{socket.gethostname()}:{os.getpid()}"
+    return f"{name}@{host or socket.gethostname()}:{os.getpid()}"
 
 
 class Lease:

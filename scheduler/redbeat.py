@@ -190,7 +190,7 @@ class FencedRedBeatScheduler(RedBeatScheduler):
         # tick() would not touch the lock: this class owns the election.
         self.election_key: str = self.lock_key
         self.lock_key = None
-        self.identity = beat_identity()
+        self.identity = beat_identity(app.conf.get("platform_host_name"))
         self._lease: Lease | None = None
         self._installed = False
 

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-WORKERS_KEY = "platform:events:workers"  # pid -> {"connections", "at"}: ops status and tests
+WORKERS_KEY = "platform:events:workers"  # host:pid -> {"connections", "at"}: ops, tests
 # Without traffic the subscription is PINGed this often; no answer by the next one: dropped.
 PING_INTERVAL_S = 10.0
 REPORT_INTERVAL_S = 0.5  # the connection count in WORKERS_KEY lags at most this much
@@ -329,7 +329,9 @@ class Hub:
         direct = sum(1 for sub in self._all if sub.wire is not None and sub.wire.chunked)
         state = {"connections": len(self._all), "direct": direct,
                  "generation": self.generation, "at": time.time()}
-        await client.hset(WORKERS_KEY, str(os.getpid()), json.dumps(state))
+        # Keyed by host and pid: a pid alone repeats across hosts (adr/0026).
+        await client.hset(WORKERS_KEY, f"{settings.PLATFORM_HOST_NAME}:{os.getpid()}",
+                          json.dumps(state))
 
 
 _hub: Hub | None = None

@@ -3,8 +3,10 @@
 The database is copied with SQLite's online backup API (a consistent snapshot while other
 processes write) or ``pg_dump``; Redis with its append-only files (everything Redis
 acknowledged before the copy began; a command cut off at the end is dropped on load by
-``aof-load-truncated``). The elected beat schedules ``ops.backup`` (scheduler/tables.py); each
-backup's directory is named by its slot, so a slot delivered twice is backed up once.
+``aof-load-truncated``), or, on a host without the data role, a snapshot fetched over the
+network and stored in the same layout. The elected beat schedules ``ops.backup``
+(scheduler/tables.py); each backup's directory is named by its slot, so a slot delivered
+twice is backed up once.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connections
+
+from celery_conf.connections import redis_client
 
 BACKUP_PREFIX = "backup-"
 AOF_DIR_NAME = "appendonlydir"  # Redis 7's multi-part AOF directory (appenddirname)
@@ -53,7 +57,12 @@ def backup_create(*, slot: str | None = None, root: Path | None = None,
     partial.mkdir(parents=True)
     try:
         database = _database_backup(partial)
-        redis_files = _aof_copy(settings.REDIS_DATA_DIR / AOF_DIR_NAME, partial / AOF_DIR_NAME)
+        if "data" in settings.PLATFORM_ROLES:
+            redis_files = _aof_copy(settings.REDIS_DATA_DIR / AOF_DIR_NAME,
+                                    partial / AOF_DIR_NAME)
+        else:
+            # Redis runs on another host (adr/0026): its files are not here to copy.
+            redis_files = _redis_snapshot(partial / AOF_DIR_NAME)
         (partial / MANIFEST).write_text(json.dumps({
             "taken_at": datetime.now(UTC).isoformat(), "slot": slot,
             "database": database, "redis_files": redis_files,
@@ -175,6 +184,32 @@ def _aof_copy(source: Path, target: Path) -> list[str]:
             if attempt == AOF_COPY_ATTEMPTS - 1:
                 raise
     raise AssertionError("unreachable")
+
+
+def _redis_snapshot(target: Path) -> list[str]:
+    """Redis's data fetched over the network, as a replica would (``redis-cli --rdb``: a
+    snapshot Redis forks at the request, so everything acknowledged before it), stored as a
+    multi-part AOF directory whose base is that RDB: Redis 7 loads it like the AOF copy, so
+    ``backup_restore`` restores either kind the same way."""
+    redis = settings.REDIS
+    pool = redis_client().connection_pool
+    if hasattr(pool, "get_master_address"):  # Sentinel: the current primary
+        host, port = pool.get_master_address()
+    else:
+        host, port = pool.connection_kwargs["host"], pool.connection_kwargs["port"]
+    target.mkdir(parents=True)
+    base = "appendonly.aof.1.base.rdb"
+    command = ["redis-cli", "-h", str(host), "-p", str(port)]
+    if redis.uses_tls:
+        command += ["--tls"] + (["--cacert", redis.ca_file] if redis.ca_file else [])
+    # The password through the environment, never on a command line others can read.
+    result = subprocess.run([*command, "--rdb", str(target / base)], capture_output=True,
+                            text=True, timeout=3600,
+                            env={"REDISCLI_AUTH": redis.data_password, "PATH": "/usr/bin:/bin"})
+    if result.returncode != 0 or not (target / base).exists():
+        raise BackupError(f"redis-cli --rdb from {host}:{port} failed: {result.stderr[-500:]}")
+    (target / "appendonly.aof.manifest").write_text(f"file {base} seq 1 type b\n")
+    return sorted(p.name for p in target.iterdir())
 
 
 def _pg_major() -> int:

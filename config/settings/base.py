@@ -5,6 +5,7 @@ Development defaults live in ``development.py``; ``production.py`` requires ever
 
 from __future__ import annotations
 
+import socket
 import sys
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 from celery_conf import policy
 from celery_conf.connections import RedisTarget, connection_settings, redis_target
 from celery_conf.policy import durable_task_settings
+from config import hosts
 from config.env import env_bool, env_float, env_int, env_list, env_str
 from config.process import process_kind
 from scheduler.settings import beat_settings
@@ -70,6 +72,21 @@ TEMPLATES = [
         },
     },
 ]
+
+# --- hosts: what this host runs and how it reaches the data host (config/hosts.py, adr/0026)
+# The roles this host runs: platform/up starts, and platform/install enables, only their
+# processes. Default all: one box runs everything, as before.
+PLATFORM_ROLES = hosts.roles_parse(env_str("PLATFORM_ROLES", ",".join(hosts.ROLES)))
+# This host's name in worker node names (worker1@<name>), heartbeats and beat_status. Every
+# host needs its own: two hosts cloned with one hostname would share worker names, and the
+# reconciler would read one host's process ids as the other's.
+PLATFORM_HOST_NAME = env_str("PLATFORM_HOST_NAME", socket.gethostname())
+# The same name for the beat's lock token (scheduler/lease.py), read from Celery's config.
+CELERY_PLATFORM_HOST_NAME = PLATFORM_HOST_NAME
+# On: refuse to start unless Redis is reached by rediss:// and PostgreSQL with
+# sslmode=verify-full (both verifying the private CA). Off by default: one box talks over
+# loopback, where TLS adds cost and nothing else.
+PLATFORM_REQUIRE_TLS = env_bool("PLATFORM_REQUIRE_TLS", False)
 
 # --- database -------------------------------------------------------------------------------
 # SQLite by default, PostgreSQL (or any dj-database-url URL) by DATABASE_URL.
@@ -314,6 +331,13 @@ FLOWER_VIEWER_IDLE_S = env_int("FLOWER_VIEWER_IDLE_S", 120)
 if FLOWER_VIEWER_IDLE_S <= 0:
     raise ImproperlyConfigured(
         f"FLOWER_VIEWER_IDLE_S must be positive, got {FLOWER_VIEWER_IDLE_S}")
+
+def data_addresses_check(target: RedisTarget) -> None:
+    """Refuse addresses a host without the data role cannot use (config/hosts.py)."""
+    hosts.redis_check(target, roles=PLATFORM_ROLES, require_tls=PLATFORM_REQUIRE_TLS)
+    hosts.database_check(DATABASES["default"], roles=PLATFORM_ROLES,
+                         require_tls=PLATFORM_REQUIRE_TLS)
+
 
 # --- durable tasks: the one place each timing is read (defaults and reasons: policy.py) ------
 def celery_settings(target: RedisTarget) -> dict[str, object]:

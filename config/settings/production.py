@@ -14,7 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 from config.env import env_int, env_list, env_str, required
 
 from .base import *  # noqa: F403
-from .base import REDIS_SENTINELS, celery_settings, redis_settings
+from .base import REDIS_SENTINELS, celery_settings, data_addresses_check, redis_settings
 
 # Django's own deploy check wants 50 characters with some variety; the installer generates
 # 64 (platform/install). Shorter keys, or the development default, are refused.
@@ -69,6 +69,7 @@ else:
     REDIS_URL = _redis_url_with_password(required("REDIS_URL"))
 REDIS = redis_settings(REDIS_URL)
 globals().update(celery_settings(REDIS))
+data_addresses_check(REDIS)
 
 SESSION_COOKIE_SECURE = True
 CSRF_COOKIE_SECURE = True
