@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,14 @@ from typing import Any
 import pytest
 
 from tests.measurements import MEASUREMENTS, collect, report_measurements
+from tests.pgserver import PostgresTemplate, make_template_pg
 from tests.procs import Stack, make_template_db
+
+# Which database every Stack and the in-process (pytest-django) tests use: "sqlite" (the
+# default, as shipped) or "postgres" (a real server per test process, tests/pgserver.py).
+TEST_DATABASE = os.environ.get("TEST_DATABASE", "sqlite")
+if TEST_DATABASE not in ("sqlite", "postgres"):
+    raise pytest.UsageError(f"TEST_DATABASE must be sqlite or postgres, got {TEST_DATABASE!r}")
 
 
 @pytest.fixture(scope="session")
@@ -17,15 +25,52 @@ def template_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_template_db(tmp_path_factory.mktemp("template"))
 
 
+@pytest.fixture(scope="session")
+def pg_template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresTemplate]:
+    """This test process's PostgreSQL server (one per xdist worker) and migrated template."""
+    template = make_template_pg(tmp_path_factory.mktemp("postgres"))
+    yield template
+    template.server.stop()
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(
+    django_db_modify_db_settings_parallel_suffix: None, request: pytest.FixtureRequest
+) -> None:
+    """Under TEST_DATABASE=postgres, pytest-django's test database lives on this process's
+    server too (settings were loaded before any server could start, so they change here)."""
+    if TEST_DATABASE != "postgres":
+        return
+    from django.conf import settings
+    from django.db import connections
+
+    server = request.getfixturevalue("pg_template").server
+    default = settings.DATABASES["default"]
+    default.update({
+        "ENGINE": "django.db.backends.postgresql", "NAME": "inprocess", "USER": server.user,
+        "PASSWORD": server.password, "HOST": server.host, "PORT": str(server.port),
+        "OPTIONS": {"application_name": "pytest"},
+    })
+    default.setdefault("TEST", {})["NAME"] = None
+    connections.close_all()
+    try:
+        del connections["default"]  # a wrapper built for SQLite keeps its backend class
+    except AttributeError:
+        pass  # not built yet
+
+
 @pytest.fixture
 def make_stack(
-    tmp_path: Path, template_db: Path, request: pytest.FixtureRequest
+    tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[Callable[..., Stack]]:
     stacks: list[Stack] = []
+    postgres = request.getfixturevalue("pg_template") if TEST_DATABASE == "postgres" else None
+    template_db = request.getfixturevalue("template_db") if postgres is None else Path("/")
 
     def factory(env: dict[str, str] | None = None, redis: dict[str, str] | None = None) -> Stack:
         stack = Stack(base_dir=tmp_path / f"stack{len(stacks)}", template_db=template_db,
-                      env_overrides=env or {}, redis_overrides=redis or {})
+                      env_overrides=env or {}, redis_overrides=redis or {},
+                      postgres=postgres)
         stacks.append(stack)
         return stack
 
@@ -35,6 +80,14 @@ def make_stack(
         stack.stop()
         if failed is not None and failed.failed:
             print(stack.logs())
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that builds a Stack starts real processes: mark it so, whether or not its
+    module says it, so ``-m "not processes"`` selects exactly the in-process tests."""
+    for item in items:
+        if "make_stack" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.processes)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

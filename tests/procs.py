@@ -174,16 +174,29 @@ class Stack:
     env_overrides: dict[str, str] = field(default_factory=dict)
     redis_overrides: dict[str, str] = field(default_factory=dict)
     procs: list[Proc] = field(default_factory=list)
+    # A tests.pgserver.PostgresTemplate: this Stack then runs on a fresh PostgreSQL database
+    # copied from it instead of a copy of ``template_db``.
+    postgres: Any = None
 
     def __post_init__(self) -> None:
         self.log_dir = self.base_dir / "log"
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.db_path = self.base_dir / "db.sqlite3"
-        shutil.copyfile(self.template_db, self.db_path)
+        self.db_name = ""
+        database_url = None
+        if self.postgres is not None:
+            self.db_name, database_url = self.postgres.new_database()
+        else:
+            shutil.copyfile(self.template_db, self.db_path)
         self.redis = RedisServer(self.base_dir, overrides=self.redis_overrides).start()
         self.env = child_env(
-            self.base_dir, database=self.db_path, redis_url=self.redis.url, **self.env_overrides
+            self.base_dir, database=self.db_path, redis_url=self.redis.url,
+            database_url=database_url, **self.env_overrides
         )
+
+    @property
+    def engine(self) -> str:
+        return "postgres" if self.postgres is not None else "sqlite"
 
     # --- processes ---------------------------------------------------------------------
     def start_worker(self, name: str, *, concurrency: int = 1, wait: bool = True,
@@ -254,6 +267,8 @@ class Stack:
         for proc in reversed(self.procs):
             proc.stop()
         self.redis.stop()
+        if self.postgres is not None and self.postgres.server.proc.alive():
+            self.postgres.server.drop_database(self.db_name)
 
     def logs(self) -> str:
         parts = []
@@ -263,7 +278,13 @@ class Stack:
 
     # --- database ----------------------------------------------------------------------
     @contextmanager
-    def db(self) -> Iterator[sqlite3.Connection]:
+    def db(self) -> Iterator[Any]:
+        """A connection to this Stack's database, either engine: ``?`` placeholders, rows by
+        name and by position (sqlite3.Row, or tests.pgserver.Row)."""
+        if self.postgres is not None:
+            with self.postgres.server.db(self.db_name) as pg:
+                yield pg
+            return
         conn = sqlite3.connect(self.db_path, timeout=20)
         conn.row_factory = sqlite3.Row
         try:
@@ -271,7 +292,7 @@ class Stack:
         finally:
             conn.close()
 
-    def query(self, sql: str, *params: Any) -> list[sqlite3.Row]:
+    def query(self, sql: str, *params: Any) -> list[Any]:
         with self.db() as conn:
             return conn.execute(sql, params).fetchall()
 
@@ -319,13 +340,15 @@ class Client:
 
 
 def child_env(base_dir: Path, *, database: Path, redis_url: str,
-              **overrides: str) -> dict[str, str]:
+              database_url: str | None = None, **overrides: str) -> dict[str, str]:
+    """The environment of a platform process; ``database_url`` (any engine) wins over
+    ``database`` (a SQLite file)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "DJANGO_"))}
     env.update({
         "DJANGO_SETTINGS_MODULE": "config.settings.development",
         "DJANGO_SECRET_KEY": "tests-only",
         "DJANGO_DEBUG": "false",
-        "DATABASE_URL": f"sqlite:///{database}",
+        "DATABASE_URL": database_url or f"sqlite:///{database}",
         "REDIS_URL": redis_url,
         "PLATFORM_VAR_DIR": str(base_dir),
         "EMAIL_FILE_PATH": str(base_dir / "mail"),
@@ -340,7 +363,16 @@ def make_template_db(base_dir: Path) -> Path:
     """Migrate once and create the test login; each Stack copies the file."""
     base_dir.mkdir(parents=True, exist_ok=True)
     db = base_dir / "template.sqlite3"
-    env = child_env(base_dir, database=db, redis_url="redis://:unused@127.0.0.1:1/0",
+    migrate_and_create_login(base_dir, database_url=f"sqlite:///{db}")
+    with sqlite3.connect(db) as conn:  # fold the WAL into the file before it is copied
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return db
+
+
+def migrate_and_create_login(base_dir: Path, *, database_url: str) -> None:
+    """Migrate the database at ``database_url`` and create the test login (any engine)."""
+    env = child_env(base_dir, database=base_dir / "unused.sqlite3",
+                    redis_url="redis://:unused@127.0.0.1:1/0", database_url=database_url,
                     DJANGO_SUPERUSER_PASSWORD="tester-password-1")
     for args in (["migrate", "--noinput", "-v", "0"],
                  ["createsuperuser", "--noinput", "--username", "tester",
@@ -349,6 +381,3 @@ def make_template_db(base_dir: Path) -> Path:
                                 capture_output=True, text=True, timeout=120)
         if result.returncode != 0:
             raise RuntimeError(f"manage.py {args[0]} failed:\n{result.stderr[-3000:]}")
-    with sqlite3.connect(db) as conn:  # fold the WAL into the file before it is copied
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    return db

@@ -5,6 +5,7 @@ Development defaults live in ``development.py``; ``production.py`` requires ever
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import dj_database_url
@@ -13,6 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 from celery_conf import policy
 from celery_conf.policy import durable_task_settings
 from config.env import env_float, env_int, env_list, env_str
+from config.process import process_kind
 from scheduler.settings import beat_settings
 
 BASE_DIR = Path(__file__).resolve().parents[2]
@@ -73,6 +75,13 @@ DATABASES = {
         env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'db.sqlite3'}"), conn_max_age=0
     )
 }
+# What kind of process this is (web, worker, beat, flower, manage): PostgreSQL shows it as each
+# connection's application_name, so an operator can count connections per process type
+# (SELECT application_name, count(*) FROM pg_stat_activity GROUP BY 1; README, "Database").
+PROCESS_KIND = process_kind(sys.argv)
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    DATABASES["default"].setdefault("OPTIONS", {})["application_name"] = (
+        f"platform-{PROCESS_KIND}")
 # SQLite's durability in WAL mode (adr/0014). FULL syncs the WAL at every commit, so a row
 # committed before a 202 survives a power cut; NORMAL syncs only at checkpoints and a power
 # cut can roll back the last commits (https://www.sqlite.org/pragma.html#pragma_synchronous).

@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-from django.conf import settings
 
 from celery_conf import app
 from celery_conf.names import TASK_QUEUES, Queue
@@ -60,7 +59,15 @@ def test_platform_directory_never_shadows_the_standard_library():
 
 
 def test_development_settings_use_sqlite_wal_with_immediate_transactions():
-    options = settings.DATABASES["default"]["OPTIONS"]
+    # From a fresh process: under TEST_DATABASE=postgres this one's settings point elsewhere.
+    result = subprocess.run(
+        [sys.executable, "-c", "import json, django; django.setup(); from django.conf import "
+         "settings; print(json.dumps(settings.DATABASES['default']['OPTIONS']))"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=True,
+        env={"PATH": "/usr/bin:/bin", "DJANGO_SETTINGS_MODULE": "config.settings.development",
+             "DATABASE_URL": "sqlite:////tmp/unused.sqlite3"},
+    )
+    options = json.loads(result.stdout)
     assert "journal_mode=WAL" in options["init_command"]
     assert options["transaction_mode"] == "IMMEDIATE"
 
