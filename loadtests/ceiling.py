@@ -43,6 +43,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loadtests.common import (  # noqa: E402
@@ -53,7 +55,9 @@ from loadtests.common import (  # noqa: E402
     summary,
 )
 from loadtests.costs import (  # noqa: E402
+    POSTGRES_SNAPSHOT_STATEMENTS,
     WriterProbe,
+    postgres_counters,
     redis_counters,
     redis_delta,
     tree_cpu,
@@ -73,39 +77,58 @@ ENV = {
 
 
 class Database:
-    """The database side of one Stack: its cost counters, SQLite or PostgreSQL."""
+    """The database side of one Stack and its cost counters, SQLite or PostgreSQL.
 
-    def __init__(self, stack: Stack, engine: str) -> None:
-        self.stack, self.engine = stack, engine
+    On PostgreSQL the benchmark polls through one connection kept open (a connection per
+    poll would fork a backend each time and be counted as the platform's cost); that
+    backend's CPU is left out and its own transactions are subtracted.
+    """
+
+    def __init__(self, stack: Stack) -> None:
+        self.stack = stack
         self.probe: WriterProbe | None = None
-        if engine == "sqlite":
+        self.pg: Any = None
+        self.own_statements = 0
+        if stack.engine == "sqlite":
             self.probe = WriterProbe(stack.db_path)
             self.probe.start()
+        else:
+            self.server = stack.postgres.server
+            self.pg = self.server.connect(stack.db_name, autocommit=True)
+            self.own_pid = self.pg.info.backend_pid
 
     def finished(self) -> int:
-        return int(self.stack.query(FINISHED_SQL)[0]["n"])
+        if self.pg is None:
+            return int(self.stack.query(FINISHED_SQL)[0]["n"])
+        self.own_statements += 1
+        return int(self.pg.execute(FINISHED_SQL).fetchone()[0])
 
     def counters(self) -> dict[str, float]:
         if self.probe is not None:
             return {**self.probe.counters(), "at": time.monotonic()}
-        return postgres_snapshot(self.stack)
+        counters = postgres_counters(self.pg, self.stack.db_name)
+        self.own_statements += POSTGRES_SNAPSHOT_STATEMENTS
+        return {**counters, "own": float(self.own_statements),
+                "cpu_s": tree_cpu([self.server.proc.pid], exclude=frozenset({self.own_pid}))}
 
     def delta(self, before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
         if self.probe is not None:
             return writer_delta(before, after, after["at"] - before["at"])
-        return {k: after[k] - before[k] for k in ("cpu_s", "commits", "wal_bytes")}
+        return {"cpu_s": after["cpu_s"] - before["cpu_s"],
+                "commits": after["commits"] - before["commits"] - (after["own"] - before["own"]),
+                "sessions": after["sessions"] - before["sessions"],
+                "wal_bytes": after["wal_bytes"] - before["wal_bytes"]}
 
     def close(self) -> None:
         if self.probe is not None:
             self.probe.stop()
+        if self.pg is not None:
+            self.pg.close()
 
 
-def postgres_snapshot(stack: Stack) -> dict[str, float]:  # replaced once PostgreSQL is wired
-    raise NotImplementedError("PostgreSQL needs tests/pgserver.py (issue-11a)")
-
-
-def new_stack(work: Path, template: Path, engine: str, name: str) -> Stack:
-    return Stack(base_dir=work / name, template_db=template, env_overrides=ENV)
+def new_stack(work: Path, template: Path, pg: Any, engine: str, name: str) -> Stack:
+    return Stack(base_dir=work / name, template_db=template, env_overrides=ENV,
+                 postgres=pg if engine == "postgres" else None)
 
 
 class Snapshot:
@@ -117,6 +140,8 @@ class Snapshot:
         self.workers = tree_cpu([w.pid for w in workers])
         self.redis = redis_counters(stack.redis.client())
         self.db = db.counters()
+        own = psutil.Process().cpu_times()  # the benchmark's clients share the machine
+        self.clients = own.user + own.system
 
     def cost(self, before: Snapshot, db: Database, docs: int) -> dict[str, float]:
         """Per-document costs between ``before`` and this snapshot."""
@@ -133,6 +158,7 @@ class Snapshot:
             "web_cores": (self.web - before.web) / seconds,
             "worker_cores": (self.workers - before.workers) / seconds,
             "redis_cores": red["cpu_s"] / seconds,
+            "client_cores": (self.clients - before.clients) / seconds,
         }
         d = db.delta(before.db, self.db)
         if "writer_busy_s" in d:
@@ -142,6 +168,7 @@ class Snapshot:
             out["db_cpu_ms"] = 1000 * d["cpu_s"] / docs
             out["db_cores"] = d["cpu_s"] / seconds
             out["db_commits"] = d["commits"] / docs
+            out["db_sessions"] = d["sessions"] / docs
             out["db_wal_bytes"] = d["wal_bytes"] / docs
         return out
 
@@ -191,16 +218,17 @@ def wait_finished(db: Database, total: int, what: str) -> float:
     return time.monotonic()
 
 
-def run_one(work: Path, template: Path, engine: str, workers: int, docs: int) -> dict[str, Any]:
+def run_one(work: Path, template: Path, pg: Any, engine: str, workers: int,
+            docs: int) -> dict[str, Any]:
     name = f"{engine}-w{workers}"
-    stack = new_stack(work, template, engine, name)
+    stack = new_stack(work, template, pg, engine, name)
     db: Database | None = None
     try:
         procs = [stack.start_worker(f"c{i}", concurrency=1) for i in range(1, workers + 1)]
         web = stack.start_web(workers=WEB_WORKERS)
         clients = [Client.login(web.base, "tester", "tester-password-1")
                    for _ in range(SUBMITTERS)]
-        db = Database(stack, engine)
+        db = Database(stack)
         expected = db.finished() + WARM_UP_DOCS
         submit_all(clients, WARM_UP_DOCS, "warm-up")
         wait_finished(db, expected, "warm-up documents done")
@@ -279,6 +307,7 @@ def per_core(rows: list[dict[str, Any]], engine: str) -> dict[str, Any]:
     else:
         costs["db_cpu_ms"] = med("queue", "db_cpu_ms") + med("drain", "db_cpu_ms")
         costs["db_commits"] = med("queue", "db_commits") + med("drain", "db_commits")
+        costs["db_sessions"] = med("queue", "db_sessions") + med("drain", "db_sessions")
         costs["db_wal_bytes"] = med("queue", "db_wal_bytes") + med("drain", "db_wal_bytes")
     rates = {
         # A -c 1 worker process waits on round trips (fetch, ack, database) as well as
@@ -299,8 +328,16 @@ def per_core(rows: list[dict[str, Any]], engine: str) -> dict[str, Any]:
         rates["postgres_docs_per_core_s"] = 1000 / costs["db_cpu_ms"]
     limit = min(ceilings, key=ceilings.__getitem__)
     throughput = {r["workers"]: r["e2e"]["docs_per_s"] for r in mine}
+    # Everything on one box (SQLite's cost is inside the web and worker processes' CPU).
+    cpu_ms = (costs["web_cpu_ms"] + costs["worker_cpu_ms"] + costs["redis_cpu_ms"]
+              + costs.get("db_cpu_ms", 0.0))
+    per_core_rates = {k: v for k, v in rates.items() if k.endswith("_per_core_s")}
+    costliest = min(per_core_rates, key=per_core_rates.__getitem__)
     return {"engine": engine, "costs": costs, "rates": rates, "ceilings": ceilings,
             "first_limit": limit, "first_limit_docs_s": ceilings[limit],
+            "costliest_per_core": costliest,
+            "cpu_ms_per_doc_all_components": cpu_ms,
+            "one_box_docs_s_per_core": 1000 / cpu_ms,
             "throughput_by_workers": throughput}
 
 
@@ -352,24 +389,39 @@ def main() -> None:
         signal.signal(sig, lambda *_: sys.exit(1))
     work = Path(tempfile.mkdtemp(prefix="ceiling-"))
     template = make_template_db(work / "template")
+    pg = None
+    if "postgres" in engines:
+        from tests.pgserver import make_template_pg
+
+        progress("starting PostgreSQL (platform/postgres) and migrating its template database")
+        pg = make_template_pg(work / "pg")
     load_before = os.getloadavg()
     rows = []
-    for engine in engines:
-        for n in counts:
-            progress(f"{engine}, {n} Celery worker process(es): {args.docs} documents x 3 phases")
-            rows.append(run_one(work, template, engine, n, args.docs))
+    try:
+        for engine in engines:
+            for n in counts:
+                progress(f"{engine}, {n} Celery worker process(es): "
+                         f"{args.docs} documents x 3 phases")
+                rows.append(run_one(work, template, pg, engine, n, args.docs))
+    finally:
+        if pg is not None:
+            pg.server.stop()
     result = [per_core(rows, e) for e in engines]
     print()
     for e in result:
         c, r = e["costs"], e["rates"]
         db = (f"writer held {c['db_writer_ms']:.2f} ms" if "db_writer_ms" in c else
               f"CPU {c['db_cpu_ms']:.2f} ms, {c['db_commits']:.1f} commits, "
+              f"{c['db_sessions']:.1f} connections opened, "
               f"{c['db_wal_bytes'] / 1024:.1f} KiB WAL")
         print(f"{e['engine']}: per document: web {c['web_cpu_ms']:.1f} ms CPU, worker "
               f"{c['worker_cpu_ms']:.1f} ms CPU, Redis {c['redis_cpu_ms']:.2f} ms CPU "
               f"({c['redis_commands']:.0f} commands, "
               f"{c['redis_bytes_per_queued']:.0f} B per queued), database {db}")
         print("  docs/s per core: " + ", ".join(f"{k} {v:,.0f}" for k, v in r.items()))
+        print(f"  all components on one box: {e['cpu_ms_per_doc_all_components']:.1f} ms CPU "
+              f"per document = {e['one_box_docs_s_per_core']:.0f} docs/s per core; "
+              f"costliest per core: {e['costliest_per_core']}")
         print(f"  first limit: {e['first_limit']} at {e['first_limit_docs_s']:,.0f} docs/s; "
               f"measured end to end by workers: "
               + ", ".join(f"{k}: {v:.1f}/s" for k, v in e["throughput_by_workers"].items()))

@@ -116,12 +116,16 @@ def writer_delta(before: dict[str, float], after: dict[str, float],
     return {"writer_busy_fraction": busy, "writer_busy_s": busy * seconds}
 
 
+POSTGRES_SNAPSHOT_STATEMENTS = 3  # the statements postgres_counters runs, each a transaction
+
+
 def postgres_counters(conn: Any, dbname: str) -> dict[str, float]:
-    """Transactions committed in ``dbname`` and the WAL position, now."""
+    """Transactions committed in and sessions opened on ``dbname``, and the WAL position."""
     with conn.cursor() as cur:
         cur.execute("SELECT pg_stat_clear_snapshot()")  # read fresh counters, not a cached set
-        cur.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = %s", (dbname,))
-        commits = cur.fetchone()[0]
+        cur.execute("SELECT xact_commit, sessions FROM pg_stat_database WHERE datname = %s",
+                    (dbname,))
+        commits, sessions = cur.fetchone()
         cur.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
         wal = cur.fetchone()[0]
-    return {"commits": float(commits), "wal_bytes": float(wal)}
+    return {"commits": float(commits), "sessions": float(sessions), "wal_bytes": float(wal)}
