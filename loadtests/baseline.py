@@ -1,14 +1,17 @@
 """The platform's key figures against a baseline kept in the repository, with their noise.
 
-    .venv/bin/python -m loadtests.baseline [--config single|full] [--trials 3] [--write]
+    .venv/bin/python -m loadtests.baseline [--config single|full|single,full] [--trials 5]
+        [--write] [--against single]
     .venv/bin/python -m loadtests.baseline --report        # stored full vs stored single
 
 Each trial starts a fresh platform of the chosen configuration on real processes (tests/procs.py)
 and measures, with the shipped settings:
 
 - document throughput: documents done per second, --docs submitted by 4 clients through the web
-  workers with DOCUMENTS_PROCESSING_SECONDS=0 (first submit to last done), and the 202 latency
-  p50 / p99 of those submissions;
+  workers with DOCUMENTS_PROCESSING_SECONDS=0 (first submit to last done), the platform's CPU
+  per document over that run (every process of the Stack and Redis, from /proc and INFO cpu:
+  barely moved by other load on the machine, unlike the wall-clock figures), and the 202
+  latency p50 / p99 of those submissions;
 - redelivery: a worker running a document (a 4 s canary) is SIGKILLed with its pool and started
   again at once, as the supervisor does; seconds from the kill until the document starts again;
 - beat handover: the leading beat is SIGKILLed and a replacement started; seconds from the kill
@@ -79,6 +82,7 @@ class Figure:
 
 FIGURES = (
     Figure("docs_per_s", "document throughput", "docs/s", True),
+    Figure("cpu_ms_per_doc", "platform CPU per document", "ms", False),
     Figure("latency_p50_ms", "202 latency p50", "ms", False),
     Figure("latency_p99_ms", "202 latency p99", "ms", False),
     Figure("redelivery_s", "redelivery after worker SIGKILL", "s", False),
@@ -126,13 +130,17 @@ def run_trial(work: Path, template: Path, config: str, trial: int, docs: int) ->
         # Throughput and 202 latency, after a warm-up through every process.
         submit_all(clients, 8, "warm-up")
         wait_until(lambda: finished() >= 8, timeout=120, what="warm-up done")
+        cpu_before = platform_cpu(stack)
         latencies, first, _ = submit_all(clients, docs, "baseline")
         wait_until(lambda: finished() >= 8 + docs, timeout=600, interval=0.02,
                    what=f"{docs} documents done")
         row["docs_per_s"] = docs / (time.monotonic() - first)
+        # CPU, unlike wall time, hardly moves with the other work on a shared machine.
+        row["cpu_ms_per_doc"] = 1000 * (platform_cpu(stack) - cpu_before) / docs
         lat = summary(latencies)
         row["latency_p50_ms"], row["latency_p99_ms"] = lat["p50"] * 1000, lat["p99"] * 1000
-        progress(f"{config} trial {trial}: {row['docs_per_s']:.1f} docs/s, 202 p50 "
+        progress(f"{config} trial {trial}: {row['docs_per_s']:.1f} docs/s, "
+                 f"{row['cpu_ms_per_doc']:.1f} ms CPU/doc, 202 p50 "
                  f"{row['latency_p50_ms']:.0f} ms p99 {row['latency_p99_ms']:.0f} ms")
 
         # Kill a worker running a document; while its redelivery is pending (one visibility
@@ -173,6 +181,14 @@ def run_trial(work: Path, template: Path, config: str, trial: int, docs: int) ->
         return row
     finally:
         stack.stop()
+
+
+def platform_cpu(stack: Any) -> float:
+    """CPU seconds of every platform process of the Stack (Redis included), so far."""
+    from loadtests.costs import redis_counters, tree_cpu
+
+    return (tree_cpu([p.pid for p in stack.procs])
+            + redis_counters(stack.redis.client())["cpu_s"])
 
 
 def fanout(stack: Any, base: str, client: Any) -> dict[str, float]:
@@ -296,8 +312,9 @@ def report(stored: dict[str, Any]) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", choices=sorted(CONFIGS), default="full")
-    parser.add_argument("--trials", type=int, default=3, help="repeats, for the noise (>= 2)")
+    parser.add_argument("--config", default="full",
+                        help="single, full, or both as single,full (trials interleaved)")
+    parser.add_argument("--trials", type=int, default=5, help="repeats, for the noise (>= 2)")
     parser.add_argument("--docs", type=int, default=150, help="documents per throughput trial")
     parser.add_argument("--write", action="store_true",
                         help="store this run as the configuration's baseline")
@@ -309,11 +326,18 @@ def main() -> int:
     stored = load_baseline()
     if args.report:
         return report(stored)
+    configs = [c for c in args.config.split(",") if c]
+    if not configs or set(configs) - CONFIGS.keys() or len(set(configs)) != len(configs):
+        parser.error(f"--config takes {' or '.join(sorted(CONFIGS))}, or both comma-separated")
     if args.trials < 2 or args.docs < SUBMITTERS:
         parser.error(f"--trials must be >= 2 (noise needs repeats) and --docs >= {SUBMITTERS}")
-    against = args.against or args.config
-    if not args.write and against not in stored["configs"]:
-        parser.error(f"no stored baseline for {against!r}: run with --write first")
+    if args.against and len(configs) > 1:
+        parser.error("--against compares one configuration")
+    if not args.write:
+        for config in configs:
+            if (args.against or config) not in stored["configs"]:
+                parser.error(f"no stored baseline for {args.against or config!r}: "
+                             "run with --write first")
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: sys.exit(1))
 
@@ -322,32 +346,40 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="baseline-"))
     template = make_template_db(work / "template")
     load_before = os.getloadavg()
-    trials = []
+    trials: dict[str, list[dict[str, float]]] = {c: [] for c in configs}
+    # Interleaved (every configuration once, then again): a load spike from other work on
+    # the machine spreads over all of them instead of landing on one.
     for trial in range(1, args.trials + 1):
-        progress(f"{args.config}: trial {trial}/{args.trials}")
-        trials.append(run_trial(work, template, args.config, trial, args.docs))
-    current = {
-        "config": args.config, "shape": CONFIGS[args.config].__dict__,
-        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "trials": args.trials, "docs": args.docs, "machine": machine(),
-        "load_average_before": load_before, "load_average_after": os.getloadavg(),
-        "figures": figures_of(trials),
-    }
-    print(f"\n{args.config}: median of {args.trials} trials (noise = relative std dev)")
-    for fig in FIGURES:
-        f = current["figures"][fig.key]
-        print(f"  {fig.label:<38}{f['median']:>10.2f} {fig.unit:<7} noise {f['noise']:.1%}")
+        for config in configs:
+            progress(f"{config}: trial {trial}/{args.trials}")
+            trials[config].append(run_trial(work, template, config, trial, args.docs))
+    load_after = os.getloadavg()
     status = 0
-    if against in stored["configs"]:
-        rows = compare(stored["configs"][against]["figures"], current["figures"])
-        title = f"{args.config} now against the stored {against} baseline"
-        print_comparison(rows, title)
-        print(f"wrote {plot(rows, title + ' (shared, loaded machine)', f'baseline_{args.config}')}")
-        status = 1 if any(r["regressed"] for r in rows) else 0
+    for config in configs:
+        current = {
+            "config": config, "shape": CONFIGS[config].__dict__,
+            "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "trials": args.trials, "docs": args.docs, "interleaved_with": configs,
+            "machine": machine(), "load_average_before": load_before,
+            "load_average_after": load_after, "figures": figures_of(trials[config]),
+        }
+        print(f"\n{config}: median of {args.trials} trials (noise = relative std dev)")
+        for fig in FIGURES:
+            f = current["figures"][fig.key]
+            print(f"  {fig.label:<38}{f['median']:>10.2f} {fig.unit:<7} noise {f['noise']:.1%}")
+        against = args.against or config
+        if against in stored["configs"]:
+            rows = compare(stored["configs"][against]["figures"], current["figures"])
+            title = f"{config} now against the stored {against} baseline"
+            print_comparison(rows, title)
+            png = plot(rows, title + " (shared, loaded machine)", f"baseline_{config}")
+            print(f"wrote {png}")
+            status = max(status, 1 if any(r["regressed"] for r in rows) else 0)
+        if args.write:
+            stored["configs"][config] = current
     if args.write:
-        stored["configs"][args.config] = current
         BASELINE.write_text(json.dumps(stored, indent=2) + "\n")
-        print(f"wrote {BASELINE} ({args.config})")
+        print(f"wrote {BASELINE} ({', '.join(configs)})")
         return 0
     return status
 
