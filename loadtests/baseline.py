@@ -2,7 +2,7 @@
 
     .venv/bin/python -m loadtests.baseline [--config single|full|single,full] [--trials 5]
         [--write] [--against single]
-    .venv/bin/python -m loadtests.baseline --report        # stored full vs stored single
+    .venv/bin/python -m loadtests.baseline --report [--db postgres]  # stored full vs single
 
 Each trial starts a fresh platform of the chosen configuration on real processes (tests/procs.py)
 and measures, with the shipped settings:
@@ -21,7 +21,8 @@ and measures, with the shipped settings:
 
 Configurations: ``single`` is the product before the retrofit (1 web worker, 1 Celery worker
 process -c 1, 1 beat); ``full`` is the platform as shipped (2 web workers, 2 Celery workers -c 2,
-2 beats, Flower running with nobody viewing).
+2 beats, Flower running with nobody viewing). --db postgres runs either on PostgreSQL
+(tests/pgserver.py); those baselines are stored as ``single-postgres`` and ``full-postgres``.
 
 --trials repeats give each figure's run-to-run noise (its trials' relative standard deviation,
 on a log scale). With --write the figures, trials, noise, the machine and its load average go
@@ -108,14 +109,21 @@ CONFIGS = {
 
 
 # --- one trial -----------------------------------------------------------------------------
-def run_trial(work: Path, template: Path, config: str, trial: int, docs: int) -> dict[str, float]:
+def stored_name(config: str, db: str) -> str:
+    """The key of a configuration's baseline: ``full``, or ``full-postgres`` on PostgreSQL."""
+    return config if db == "sqlite" else f"{config}-{db}"
+
+
+def run_trial(work: Path, template: Path, config: str, trial: int, docs: int,
+              pg: Any = None) -> dict[str, float]:
     from loadtests.throughput_comparison import Config, start_flower
     from tests.procs import Stack, wait_until
     from tests.scheduler.beats import leader_proc, wait_leader
 
     shape = CONFIGS[config]
     stack = Stack(base_dir=work / f"{config}-{trial}", template_db=template,
-                  env_overrides={**THROUGHPUT_ENV, "FLOWER_UNAUTHENTICATED_API": "true"})
+                  env_overrides={**THROUGHPUT_ENV, "FLOWER_UNAUTHENTICATED_API": "true"},
+                  postgres=pg)
     try:
         if shape.flower:  # as shipped: running, nobody viewing (events stay off, adr/0022)
             start_flower(stack, Config("flower", "platform", "everysec", "flower-idle"))
@@ -298,15 +306,16 @@ def load_baseline() -> dict[str, Any]:
     return json.loads(BASELINE.read_text()) if BASELINE.exists() else {"configs": {}}
 
 
-def report(stored: dict[str, Any]) -> int:
+def report(stored: dict[str, Any], db: str = "sqlite") -> int:
     configs = stored["configs"]
-    if not {"single", "full"} <= configs.keys():
-        print("--report needs both configurations in loadtests/baseline.json", file=sys.stderr)
+    single, full = stored_name("single", db), stored_name("full", db)
+    if not {single, full} <= configs.keys():
+        print(f"--report needs {single} and {full} in loadtests/baseline.json", file=sys.stderr)
         return 2
-    rows = compare(configs["single"]["figures"], configs["full"]["figures"])
-    print_comparison(rows, "full (as shipped) against single (before the retrofit), stored")
-    title = "Full platform vs single worker (shared, loaded machine)"
-    print(f"wrote {plot(rows, title, 'baseline_full_vs_single')}")
+    rows = compare(configs[single]["figures"], configs[full]["figures"])
+    print_comparison(rows, f"{full} (as shipped) against {single} (before the retrofit), stored")
+    title = f"Full platform vs single worker, {db} (shared, loaded machine)"
+    print(f"wrote {plot(rows, title, f'baseline_full_vs_single_{db}')}")
     return 1 if any(r["regressed"] for r in rows) else 0
 
 
@@ -320,12 +329,14 @@ def main() -> int:
                         help="store this run as the configuration's baseline")
     parser.add_argument("--against", choices=sorted(CONFIGS),
                         help="compare with another configuration's stored baseline")
+    parser.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite",
+                        help="the database the platform runs on (PostgreSQL: tests/pgserver.py)")
     parser.add_argument("--report", action="store_true",
                         help="compare the stored full baseline with the stored single one")
     args = parser.parse_args()
     stored = load_baseline()
     if args.report:
-        return report(stored)
+        return report(stored, args.db)
     configs = [c for c in args.config.split(",") if c]
     if not configs or set(configs) - CONFIGS.keys() or len(set(configs)) != len(configs):
         parser.error(f"--config takes {' or '.join(sorted(CONFIGS))}, or both comma-separated")
@@ -335,9 +346,9 @@ def main() -> int:
         parser.error("--against compares one configuration")
     if not args.write:
         for config in configs:
-            if (args.against or config) not in stored["configs"]:
-                parser.error(f"no stored baseline for {args.against or config!r}: "
-                             "run with --write first")
+            name = stored_name(args.against or config, args.db)
+            if name not in stored["configs"]:
+                parser.error(f"no stored baseline for {name!r}: run with --write first")
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: sys.exit(1))
 
@@ -345,19 +356,28 @@ def main() -> int:
 
     work = Path(tempfile.mkdtemp(prefix="baseline-"))
     template = make_template_db(work / "template")
+    pg = None
+    if args.db == "postgres":
+        from tests.pgserver import make_template_pg
+
+        pg = make_template_pg(work / "pg")
     load_before = os.getloadavg()
     trials: dict[str, list[dict[str, float]]] = {c: [] for c in configs}
     # Interleaved (every configuration once, then again): a load spike from other work on
     # the machine spreads over all of them instead of landing on one.
-    for trial in range(1, args.trials + 1):
-        for config in configs:
-            progress(f"{config}: trial {trial}/{args.trials}")
-            trials[config].append(run_trial(work, template, config, trial, args.docs))
+    try:
+        for trial in range(1, args.trials + 1):
+            for config in configs:
+                progress(f"{config} ({args.db}): trial {trial}/{args.trials}")
+                trials[config].append(run_trial(work, template, config, trial, args.docs, pg))
+    finally:
+        if pg is not None:
+            pg.server.stop()
     load_after = os.getloadavg()
     status = 0
     for config in configs:
         current = {
-            "config": config, "shape": CONFIGS[config].__dict__,
+            "config": config, "db": args.db, "shape": CONFIGS[config].__dict__,
             "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "trials": args.trials, "docs": args.docs, "interleaved_with": configs,
             "machine": machine(), "load_average_before": load_before,
@@ -367,19 +387,20 @@ def main() -> int:
         for fig in FIGURES:
             f = current["figures"][fig.key]
             print(f"  {fig.label:<38}{f['median']:>10.2f} {fig.unit:<7} noise {f['noise']:.1%}")
-        against = args.against or config
+        name = stored_name(config, args.db)
+        against = stored_name(args.against or config, args.db)
         if against in stored["configs"]:
             rows = compare(stored["configs"][against]["figures"], current["figures"])
-            title = f"{config} now against the stored {against} baseline"
+            title = f"{name} now against the stored {against} baseline"
             print_comparison(rows, title)
-            png = plot(rows, title + " (shared, loaded machine)", f"baseline_{config}")
+            png = plot(rows, title + " (shared, loaded machine)", f"baseline_{name}")
             print(f"wrote {png}")
             status = max(status, 1 if any(r["regressed"] for r in rows) else 0)
         if args.write:
-            stored["configs"][config] = current
+            stored["configs"][name] = current
     if args.write:
         BASELINE.write_text(json.dumps(stored, indent=2) + "\n")
-        print(f"wrote {BASELINE} ({', '.join(configs)})")
+        print(f"wrote {BASELINE} ({', '.join(stored_name(c, args.db) for c in configs)})")
         return 0
     return status
 
