@@ -27,8 +27,8 @@ process -c 1, 1 beat); ``full`` is the platform as shipped (2 web workers, 2 Cel
 --trials repeats give each figure's run-to-run noise (its trials' relative standard deviation,
 on a log scale). With --write the figures, trials, noise, the machine and its load average go
 to loadtests/baseline.json under the configuration's name. Without it each figure is printed
-as a ratio to the stored baseline and flagged REGRESSED when it is worse by more than
-``NOISE_SIGMAS`` x the combined noise of both runs (at least ``MIN_NOISE`` each side); the exit
+as a ratio to the stored baseline and flagged REGRESSED when its median is worse by more than
+``NOISE_SIGMAS`` standard errors of the difference of the two medians (see ``threshold``); the exit
 status is 1 if any figure regressed, 2 for a usage error. A plot of the ratios goes to
 loadtests/results/baseline_<config>.png. Measured on a shared, loaded machine unless said.
 """
@@ -60,8 +60,9 @@ from loadtests.ceiling import SUBMITTERS, submit_all  # noqa: E402
 from loadtests.common import new_figure, progress, save_figure, summary  # noqa: E402
 
 BASELINE = Path(__file__).resolve().parent / "baseline.json"
-# A figure regresses when it is worse than the baseline by more than this many combined
-# standard deviations (both runs' noise): about a one-sided 0.1 % chance for normal noise.
+# A figure regresses when its median is worse than the baseline's by more than this many
+# standard errors of the difference of the two medians: about a one-sided 0.1 % chance for
+# normal noise.
 NOISE_SIGMAS = 3.0
 # Floor on each run's relative noise: three trials can agree by chance, and a threshold of
 # zero would flag a 1 % move on a shared machine.
@@ -133,7 +134,7 @@ def run_trial(work: Path, template: Path, config: str, trial: int, docs: int,
         web = stack.start_web(workers=shape.web_workers)
         clients = [web.session() for _ in range(SUBMITTERS)]
         finished = lambda: int(stack.query(FINISHED_SQL)[0]["n"])  # noqa: E731
-        row: dict[str, float] = {}
+        row: dict[str, float] = {"load_average_1m": os.getloadavg()[0]}
 
         # Throughput and 202 latency, after a warm-up through every process.
         submit_all(clients, 8, "warm-up")
@@ -228,26 +229,41 @@ def figures_of(trials: list[dict[str, float]]) -> dict[str, dict[str, Any]]:
     return out
 
 
+# The standard error of a median of n normal samples is about sqrt(pi / 2) = 1.2533 times
+# that of their mean, sigma / sqrt(n).
+MEDIAN_SE = math.sqrt(math.pi / 2)
+
+
+def threshold(baseline: dict[str, Any], current: dict[str, Any]) -> float:
+    """How much worse (as a log ratio) a figure's median may be before it counts as regressed.
+
+    NOISE_SIGMAS standard errors of the difference of the two medians: each side's noise
+    (at least MIN_NOISE) over the square root of its number of trials, so more trials narrow
+    the band and a noisy machine widens it.
+    """
+    def se(figure: dict[str, Any]) -> float:
+        n = max(len(figure["trials"]), 1)
+        return MEDIAN_SE * max(_finite(figure["noise"]), MIN_NOISE) / math.sqrt(n)
+
+    return NOISE_SIGMAS * math.hypot(se(baseline), se(current))
+
+
 def compare(baseline: dict[str, Any], current: dict[str, Any]) -> list[dict[str, Any]]:
     """Each figure's ratio to the baseline, its threshold, and whether it regressed.
 
-    Worse means lower for a rate and higher for a latency or delay. The threshold is on the
-    log of the ratio: NOISE_SIGMAS x sqrt(noise_baseline^2 + noise_current^2), each noise at
-    least MIN_NOISE.
+    Worse means lower for a rate and higher for a latency, a delay or a cost.
     """
     rows = []
     for fig in FIGURES:
         b, c = baseline[fig.key], current[fig.key]
         ratio = c["median"] / b["median"]
         worse = -math.log(ratio) if fig.higher_is_better else math.log(ratio)
-        nb = max(_finite(b["noise"]), MIN_NOISE)
-        nc = max(_finite(c["noise"]), MIN_NOISE)
-        threshold = NOISE_SIGMAS * math.hypot(nb, nc)
+        band = threshold(b, c)
         rows.append({"key": fig.key, "label": fig.label, "unit": fig.unit,
                      "baseline": b["median"], "current": c["median"], "ratio": ratio,
-                     "threshold": math.exp(threshold) - 1, "worse_by": math.exp(worse) - 1,
+                     "threshold": math.exp(band) - 1, "worse_by": math.exp(worse) - 1,
                      "higher_is_better": fig.higher_is_better,
-                     "regressed": worse > threshold, "improved": -worse > threshold})
+                     "regressed": worse > band, "improved": -worse > band})
     return rows
 
 
@@ -381,7 +397,9 @@ def main() -> int:
             "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "trials": args.trials, "docs": args.docs, "interleaved_with": configs,
             "machine": machine(), "load_average_before": load_before,
-            "load_average_after": load_after, "figures": figures_of(trials[config]),
+            "load_average_after": load_after,
+            "load_average_1m_per_trial": [t["load_average_1m"] for t in trials[config]],
+            "figures": figures_of(trials[config]),
         }
         print(f"\n{config}: median of {args.trials} trials (noise = relative std dev)")
         for fig in FIGURES:

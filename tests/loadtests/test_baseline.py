@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from loadtests.baseline import FIGURES, MIN_NOISE, NOISE_SIGMAS, compare, figures_of, report
+from loadtests.baseline import FIGURES, compare, figures_of, report, threshold
 
 
 def trials(**scale: float) -> list[dict[str, float]]:
@@ -24,10 +24,10 @@ def test_same_figures_are_the_same() -> None:
 
 
 def test_lower_throughput_and_higher_latency_regress_beyond_the_noise() -> None:
-    threshold = math.exp(NOISE_SIGMAS * math.hypot(MIN_NOISE, MIN_NOISE)) - 1
-    worse = 1 + threshold * 1.5
-    rows = compare(figures_of(trials()), figures_of(trials(docs_per_s=1 / worse,
-                                                           redelivery_s=worse)))
+    base = figures_of(trials())
+    band = math.exp(threshold(base["docs_per_s"], base["docs_per_s"])) - 1
+    worse = 1 + band * 1.5
+    rows = compare(base, figures_of(trials(docs_per_s=1 / worse, redelivery_s=worse)))
     got = verdicts(rows)
     assert got["docs_per_s"] == "regressed"
     assert got["redelivery_s"] == "regressed"
@@ -41,6 +41,13 @@ def test_the_same_move_inside_a_noisy_figure_is_not_flagged() -> None:
                                                     strict=True)]
     rows = compare(figures_of(noisy), figures_of(trials(handover_s=1.3)))
     assert verdicts(rows)["handover_s"] == "same"
+
+
+def test_more_trials_narrow_the_band() -> None:
+    few = figures_of([{f.key: v for f in FIGURES} for v in (90.0, 100.0, 110.0)])
+    many = figures_of([{f.key: v for f in FIGURES} for v in (90.0, 100.0, 110.0) * 4])
+    assert threshold(many["docs_per_s"], many["docs_per_s"]) < threshold(
+        few["docs_per_s"], few["docs_per_s"])
 
 
 def test_a_better_figure_is_never_a_regression() -> None:
