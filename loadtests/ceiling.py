@@ -327,7 +327,8 @@ def per_core(rows: list[dict[str, Any]], engine: str) -> dict[str, Any]:
     else:
         rates["postgres_docs_per_core_s"] = 1000 / costs["db_cpu_ms"]
     limit = min(ceilings, key=ceilings.__getitem__)
-    throughput = {r["workers"]: r["e2e"]["docs_per_s"] for r in mine}
+    throughput = {n: statistics.median(r["e2e"]["docs_per_s"] for r in mine if r["workers"] == n)
+                  for n in sorted({r["workers"] for r in mine})}
     # Everything on one box (SQLite's cost is inside the web and worker processes' CPU).
     cpu_ms = (costs["web_cpu_ms"] + costs["worker_cpu_ms"] + costs["redis_cpu_ms"]
               + costs.get("db_cpu_ms", 0.0))
@@ -339,6 +340,21 @@ def per_core(rows: list[dict[str, Any]], engine: str) -> dict[str, Any]:
             "cpu_ms_per_doc_all_components": cpu_ms,
             "one_box_docs_s_per_core": 1000 / cpu_ms,
             "throughput_by_workers": throughput}
+
+
+CONNECTIONS = 100  # connections opened and closed to price one
+
+
+def connection_cost(server: Any) -> dict[str, float]:
+    """CPU one PostgreSQL connection costs, opened and closed as Django does at CONN_MAX_AGE 0
+    (a backend forked, scram-sha-256 authentication, exit): on the server and in the client."""
+    own = psutil.Process()
+    before_server, before_client = tree_cpu([server.proc.pid]), sum(own.cpu_times()[:2])
+    for _ in range(CONNECTIONS):
+        server.connect().close()
+    time.sleep(0.5)  # the last backends exit and are reaped
+    return {"server_cpu_ms": 1000 * (tree_cpu([server.proc.pid]) - before_server) / CONNECTIONS,
+            "client_cpu_ms": 1000 * (sum(own.cpu_times()[:2]) - before_client) / CONNECTIONS}
 
 
 def plot(rows: list[dict[str, Any]], engines: list[dict[str, Any]], name: str) -> Path:
@@ -361,10 +377,18 @@ def plot(rows: list[dict[str, Any]], engines: list[dict[str, Any]], name: str) -
     for e, color in zip(engines, ("#264653", "#8338ec"), strict=False):
         mine = sorted((r for r in rows if r["engine"] == e["engine"]), key=lambda r: r["workers"])
         right.plot([r["workers"] for r in mine], [r["e2e"]["docs_per_s"] for r in mine],
-                   marker="o", color=color, label=f"{e['engine']}: measured end to end")
+                   marker="o", linestyle="none", color=color,
+                   label=f"{e['engine']}: measured end to end (each run)")
+        by = e["throughput_by_workers"]
+        right.plot(list(by), list(by.values()), color=color)
         right.axhline(e["first_limit_docs_s"], color=color, linestyle="--",
                       label=f"{e['engine']} ceiling: {e['first_limit']} "
                             f"{e['first_limit_docs_s']:.0f}/s")
+        cores = os.cpu_count() or 1
+        right.axhline(cores * e["one_box_docs_s_per_core"], color=color, linestyle=":",
+                      label=f"{e['engine']}: this box's {cores} cores / CPU per document "
+                            f"{cores * e['one_box_docs_s_per_core']:.0f}/s")
+    right.set_xticks(sorted({r["workers"] for r in rows}))
     right.set_xlabel("Celery worker processes (-c 1 each)")
     right.set_ylabel("documents done per second")
     right.set_yscale("log")
@@ -377,12 +401,14 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=150, help="documents per phase")
     parser.add_argument("--workers", default="1,2,4", help="Celery worker process counts")
     parser.add_argument("--db", default="sqlite,postgres", help="engines, comma-separated")
+    parser.add_argument("--repeats", type=int, default=2,
+                        help="runs of every engine and worker count, interleaved")
     parser.add_argument("--output", default="ceiling")
     args = parser.parse_args()
     counts = [int(n) for n in args.workers.split(",") if n]
     engines = [e for e in args.db.split(",") if e]
-    if args.docs < SUBMITTERS or not counts or min(counts) < 1:
-        parser.error(f"--docs must be >= {SUBMITTERS} and worker counts >= 1")
+    if args.docs < SUBMITTERS or not counts or min(counts) < 1 or args.repeats < 1:
+        parser.error(f"--docs must be >= {SUBMITTERS}, worker counts and --repeats >= 1")
     if set(engines) - {"sqlite", "postgres"}:
         parser.error("--db takes sqlite and/or postgres")
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -397,16 +423,30 @@ def main() -> None:
         pg = make_template_pg(work / "pg")
     load_before = os.getloadavg()
     rows = []
+    connection: dict[str, float] = {}
     try:
-        for engine in engines:
-            for n in counts:
-                progress(f"{engine}, {n} Celery worker process(es): "
-                         f"{args.docs} documents x 3 phases")
-                rows.append(run_one(work, template, pg, engine, n, args.docs))
+        # Interleaved (every configuration once, then again), so a load spike from other work
+        # on the machine spreads over all of them.
+        for repeat in range(1, args.repeats + 1):
+            for engine in engines:
+                for n in counts:
+                    progress(f"[{repeat}/{args.repeats}] {engine}, {n} Celery worker "
+                             f"process(es): {args.docs} documents x 3 phases")
+                    rows.append(run_one(work, template, pg, engine, n, args.docs))
+        if pg is not None:
+            connection = connection_cost(pg.server)
+            progress(f"postgres: one connection opened and closed costs the server "
+                     f"{connection['server_cpu_ms']:.2f} ms CPU, the client "
+                     f"{connection['client_cpu_ms']:.2f} ms")
     finally:
         if pg is not None:
             pg.server.stop()
     result = [per_core(rows, e) for e in engines]
+    for e in result:
+        if e["engine"] == "postgres" and connection:
+            e["connection_cost"] = connection
+            e["costs"]["db_cpu_ms_in_connections"] = (
+                connection["server_cpu_ms"] * e["costs"]["db_sessions"])
     print()
     for e in result:
         c, r = e["costs"], e["rates"]
@@ -422,6 +462,10 @@ def main() -> None:
         print(f"  all components on one box: {e['cpu_ms_per_doc_all_components']:.1f} ms CPU "
               f"per document = {e['one_box_docs_s_per_core']:.0f} docs/s per core; "
               f"costliest per core: {e['costliest_per_core']}")
+        if "connection_cost" in e:
+            print(f"  of the database's CPU, {c['db_cpu_ms_in_connections']:.1f} ms is opening and "
+                  f"closing {c['db_sessions']:.1f} connections "
+                  f"({e['connection_cost']['server_cpu_ms']:.2f} ms each)")
         print(f"  first limit: {e['first_limit']} at {e['first_limit_docs_s']:,.0f} docs/s; "
               f"measured end to end by workers: "
               + ", ".join(f"{k}: {v:.1f}/s" for k, v in e["throughput_by_workers"].items()))
