@@ -284,6 +284,7 @@ def print_comparison(rows: list[dict[str, Any]], title: str) -> None:
 
 def plot(rows: list[dict[str, Any]], title: str, name: str) -> Path:
     fig, ax = new_figure(title)
+    fig.set_size_inches(9, 4.5)  # room for the figures' names
     labels = [r["label"] for r in rows]
     ratios = [r["ratio"] for r in rows]
     colors = ["#e63946" if r["regressed"] else "#2a9d8f" if r["improved"] else "#457b9d"
@@ -296,7 +297,7 @@ def plot(rows: list[dict[str, Any]], title: str, name: str) -> Path:
         ax.plot([edge, edge], [i - 0.4, i + 0.4], color="#222", linewidth=1)
         ax.text(r["ratio"], i, f" {r['ratio']:.2f}x", va="center", fontsize=8)
     ax.axvline(1.0, color="#999", linestyle="--")
-    ax.set_xlabel("ratio to baseline (black tick: regression threshold from the noise)")
+    ax.set_xlabel("ratio to baseline (tick: where the noise band ends)")
     ax.invert_yaxis()
     return save_figure(fig, name)
 

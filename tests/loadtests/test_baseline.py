@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
+
+import pytest
 
 from loadtests.baseline import FIGURES, compare, figures_of, report, threshold
 
@@ -56,7 +59,9 @@ def test_a_better_figure_is_never_a_regression() -> None:
     assert got["docs_per_s"] == "improved" and got["fanout_p99_ms"] == "improved"
 
 
-def test_report_exit_status_says_whether_full_regressed_against_single() -> None:
+def test_report_exit_status_says_whether_full_regressed_against_single(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("loadtests.common.RESULTS", tmp_path)  # its plot, not the repository's
     single = {"figures": figures_of(trials())}
     assert report({"configs": {"single": single,
                                "full": {"figures": figures_of(trials())}}}) == 0
