@@ -341,7 +341,7 @@ def main() -> int:
     parser.add_argument("--config", default="full",
                         help="single, full, or both as single,full (trials interleaved)")
     parser.add_argument("--trials", type=int, default=5, help="repeats, for the noise (>= 2)")
-    parser.add_argument("--docs", type=int, default=150, help="documents per throughput trial")
+    parser.add_argument("--docs", type=int, default=300, help="documents per throughput trial")
     parser.add_argument("--write", action="store_true",
                         help="store this run as the configuration's baseline")
     parser.add_argument("--against", choices=sorted(CONFIGS),

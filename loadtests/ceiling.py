@@ -1,6 +1,7 @@
 """Where the ceiling is: the cost of one document in each component, and what limits first.
 
-    .venv/bin/python loadtests/ceiling.py [--docs 150] [--workers 1,2,4] [--db sqlite,postgres]
+    .venv/bin/python loadtests/ceiling.py [--docs 200] [--workers 1,2,4] [--db sqlite,postgres]
+        [--repeats 2]
 
 The document path as shipped: logged-in clients POST /api/documents/ to uvicorn (2 web
 worker processes), the web worker writes the row and enqueues the task (202), a Celery worker
@@ -398,7 +399,7 @@ def plot(rows: list[dict[str, Any]], engines: list[dict[str, Any]], name: str) -
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--docs", type=int, default=150, help="documents per phase")
+    parser.add_argument("--docs", type=int, default=200, help="documents per phase")
     parser.add_argument("--workers", default="1,2,4", help="Celery worker process counts")
     parser.add_argument("--db", default="sqlite,postgres", help="engines, comma-separated")
     parser.add_argument("--repeats", type=int, default=2,
