@@ -68,3 +68,9 @@ def test_report_exit_status_says_whether_full_regressed_against_single(
     assert report({"configs": {"single": single,
                                "full": {"figures": figures_of(trials(latency_p99_ms=3))}}}) == 1
     assert report({"configs": {"single": single}}) == 2
+
+
+def test_a_figure_the_baseline_lacks_is_left_out_not_an_error() -> None:
+    base = figures_of(trials())
+    del base["idle_cpu_pct"]
+    assert "idle_cpu_pct" not in verdicts(compare(base, figures_of(trials())))
