@@ -48,6 +48,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from celery_conf.names import Queue  # noqa: E402
 from loadtests.common import (  # noqa: E402
     new_figure,
     progress,
@@ -66,7 +67,7 @@ from loadtests.costs import (  # noqa: E402
 )
 from tests.procs import Client, Proc, Stack, Web, make_template_db, wait_until  # noqa: E402
 
-DOCUMENTS_QUEUE = "documents"  # celery_conf/names.py
+DOCUMENTS_QUEUE = str(Queue.DOCUMENTS)
 SUBMITTERS = 4  # concurrent logged-in clients, as in throughput_comparison.py
 WEB_WORKERS = 2  # uvicorn worker processes, as shipped (platform/lib.sh WEB_WORKERS)
 WARM_UP_DOCS = 12  # before measuring: every web and pool process has served a few
