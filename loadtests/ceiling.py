@@ -1,0 +1,483 @@
+"""Where the ceiling is: the cost of one document in each component, and what limits first.
+
+    .venv/bin/python loadtests/ceiling.py [--docs 200] [--workers 1,2,4] [--db sqlite,postgres]
+        [--repeats 2]
+
+The document path as shipped: logged-in clients POST /api/documents/ to uvicorn (2 web
+worker processes), the web worker writes the row and enqueues the task (202), a Celery worker
+process (prefork -c 1, the durable policy) processes it with DOCUMENTS_PROCESSING_SECONDS=0
+(so what shows is the platform's own overhead, not the simulated work), and the row is done.
+
+For each database and each count of Celery worker processes, one fresh Stack and three phases:
+
+1. queue: the Celery workers are SIGSTOPped; --docs documents are submitted by 4 clients.
+   Per document: web CPU (uvicorn's processes, /proc), Redis CPU (INFO cpu), Redis commands
+   (INFO commandstats), Redis memory per queued document (INFO memory), the database's share;
+   and the 202 latency.
+2. drain: the workers are SIGCONTed and process the queue alone. Per document: Celery CPU
+   (main processes and pool children), Redis, database.
+3. end to end: --docs more documents submitted while the workers run; documents done per
+   second from the first submit to the last done, and how busy each component was.
+
+Database cost: on SQLite, the time the single write lock is held (a probe samples it, see
+loadtests/costs.py) per document: that lock is one per file, whatever the cores. On
+PostgreSQL, the CPU of the postmaster and its backends (/proc), transactions committed and WAL
+bytes (pg_stat_database, pg_current_wal_lsn) per document.
+
+From those: docs/s per core of each component (1 / CPU seconds per document), and the
+components that cannot grow by adding cores (Redis runs commands on one thread; SQLite has one
+writer): their rate is the installation's ceiling. Writes loadtests/results/ceiling.{json,png}.
+Measured on a shared, loaded 2-core machine: the per-document costs travel, the absolute
+throughput does not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from celery_conf.names import Queue  # noqa: E402
+from loadtests.common import (  # noqa: E402
+    new_figure,
+    progress,
+    save_figure,
+    save_json,
+    summary,
+)
+from loadtests.costs import (  # noqa: E402
+    POSTGRES_SNAPSHOT_STATEMENTS,
+    WriterProbe,
+    postgres_counters,
+    redis_counters,
+    redis_delta,
+    tree_cpu,
+    writer_delta,
+)
+from tests.procs import Client, Proc, Stack, Web, make_template_db, wait_until  # noqa: E402
+
+DOCUMENTS_QUEUE = str(Queue.DOCUMENTS)
+SUBMITTERS = 4  # concurrent logged-in clients, as in throughput_comparison.py
+WEB_WORKERS = 2  # uvicorn worker processes, as shipped (platform/lib.sh WEB_WORKERS)
+WARM_UP_DOCS = 12  # before measuring: every web and pool process has served a few
+FINISHED_SQL = "SELECT COUNT(*) AS n FROM documents_document WHERE state IN ('done', 'failed')"
+ENV = {
+    "DOCUMENTS_PROCESSING_SECONDS": "0",
+    "METERING_DAILY_LIMIT": "100000000",
+}
+
+
+class Database:
+    """The database side of one Stack and its cost counters, SQLite or PostgreSQL.
+
+    On PostgreSQL the benchmark polls through one connection kept open (a connection per
+    poll would fork a backend each time and be counted as the platform's cost); that
+    backend's CPU is left out and its own transactions are subtracted.
+    """
+
+    def __init__(self, stack: Stack) -> None:
+        self.stack = stack
+        self.probe: WriterProbe | None = None
+        self.pg: Any = None
+        self.own_statements = 0
+        if stack.engine == "sqlite":
+            self.probe = WriterProbe(stack.db_path)
+            self.probe.start()
+        else:
+            self.server = stack.postgres.server
+            self.pg = self.server.connect(stack.db_name, autocommit=True)
+            self.own_pid = self.pg.info.backend_pid
+
+    def finished(self) -> int:
+        if self.pg is None:
+            return int(self.stack.query(FINISHED_SQL)[0]["n"])
+        self.own_statements += 1
+        return int(self.pg.execute(FINISHED_SQL).fetchone()[0])
+
+    def counters(self) -> dict[str, float]:
+        if self.probe is not None:
+            return {**self.probe.counters(), "at": time.monotonic()}
+        counters = postgres_counters(self.pg, self.stack.db_name)
+        self.own_statements += POSTGRES_SNAPSHOT_STATEMENTS
+        return {**counters, "own": float(self.own_statements),
+                "cpu_s": tree_cpu([self.server.proc.pid], exclude=frozenset({self.own_pid}))}
+
+    def delta(self, before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+        if self.probe is not None:
+            return writer_delta(before, after, after["at"] - before["at"])
+        return {"cpu_s": after["cpu_s"] - before["cpu_s"],
+                "commits": after["commits"] - before["commits"] - (after["own"] - before["own"]),
+                "sessions": after["sessions"] - before["sessions"],
+                "wal_bytes": after["wal_bytes"] - before["wal_bytes"]}
+
+    def close(self) -> None:
+        if self.probe is not None:
+            self.probe.stop()
+        if self.pg is not None:
+            self.pg.close()
+
+
+def new_stack(work: Path, template: Path, pg: Any, engine: str, name: str) -> Stack:
+    return Stack(base_dir=work / name, template_db=template, env_overrides=ENV,
+                 postgres=pg if engine == "postgres" else None)
+
+
+class Snapshot:
+    """Every component's counters at one instant."""
+
+    def __init__(self, stack: Stack, db: Database, web: Web, workers: list[Proc]) -> None:
+        self.at = time.monotonic()
+        self.web = tree_cpu([web.proc.pid])
+        self.workers = tree_cpu([w.pid for w in workers])
+        self.redis = redis_counters(stack.redis.client())
+        self.db = db.counters()
+        own = psutil.Process().cpu_times()  # the benchmark's clients share the machine
+        self.clients = own.user + own.system
+
+    def cost(self, before: Snapshot, db: Database, docs: int) -> dict[str, float]:
+        """Per-document costs between ``before`` and this snapshot."""
+        seconds = self.at - before.at
+        red = redis_delta(before.redis, self.redis)
+        out = {
+            "docs": docs, "seconds": seconds,
+            "web_cpu_ms": 1000 * (self.web - before.web) / docs,
+            "worker_cpu_ms": 1000 * (self.workers - before.workers) / docs,
+            "redis_cpu_ms": 1000 * red["cpu_s"] / docs,
+            "redis_commands": red["commands"] / docs,
+            "redis_memory_bytes": red["memory_bytes"] / docs,
+            # How many cores each component kept busy over the phase.
+            "web_cores": (self.web - before.web) / seconds,
+            "worker_cores": (self.workers - before.workers) / seconds,
+            "redis_cores": red["cpu_s"] / seconds,
+            "client_cores": (self.clients - before.clients) / seconds,
+        }
+        d = db.delta(before.db, self.db)
+        if "writer_busy_s" in d:
+            out["db_writer_ms"] = 1000 * d["writer_busy_s"] / docs
+            out["db_writer_busy"] = d["writer_busy_fraction"]
+        else:
+            out["db_cpu_ms"] = 1000 * d["cpu_s"] / docs
+            out["db_cores"] = d["cpu_s"] / seconds
+            out["db_commits"] = d["commits"] / docs
+            out["db_sessions"] = d["sessions"] / docs
+            out["db_wal_bytes"] = d["wal_bytes"] / docs
+        return out
+
+
+def submit_all(clients: list[Client], docs: int, tag: str) -> tuple[list[float], float, float]:
+    """``docs`` documents from every client at once; (202 latencies, first send, last 202)."""
+    latencies: list[float] = []
+    per_client = [docs // len(clients) + (i < docs % len(clients)) for i in range(len(clients))]
+    errors: list[BaseException] = []
+
+    def run(client: Client, count: int) -> None:
+        try:
+            for i in range(count):
+                started = time.perf_counter()
+                client.submit(f"{tag} document {i} " * 20, title=f"{tag} {i}")
+                latencies.append(time.perf_counter() - started)
+        except BaseException as exc:  # noqa: BLE001 - reported by the caller
+            errors.append(exc)
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=run, args=(c, n))
+               for c, n in zip(clients, per_client, strict=True)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return latencies, started, time.monotonic()
+
+
+def queued_bytes(stack: Stack) -> float:
+    """Redis memory per message waiting in the documents queue (``MEMORY USAGE`` of the list).
+
+    Read from the key itself rather than INFO's used_memory, which moves by kilobytes with
+    client buffers.
+    """
+    client = stack.redis.client()
+    length = client.llen(DOCUMENTS_QUEUE)
+    if not length:
+        return float("nan")
+    return float(client.memory_usage(DOCUMENTS_QUEUE, samples=0)) / length
+
+
+def wait_finished(db: Database, total: int, what: str) -> float:
+    wait_until(lambda: db.finished() >= total, timeout=600, interval=0.02, what=what)
+    return time.monotonic()
+
+
+def run_one(work: Path, template: Path, pg: Any, engine: str, workers: int,
+            docs: int) -> dict[str, Any]:
+    name = f"{engine}-w{workers}"
+    stack = new_stack(work, template, pg, engine, name)
+    db: Database | None = None
+    try:
+        procs = [stack.start_worker(f"c{i}", concurrency=1) for i in range(1, workers + 1)]
+        web = stack.start_web(workers=WEB_WORKERS)
+        clients = [Client.login(web.base, "tester", "tester-password-1")
+                   for _ in range(SUBMITTERS)]
+        db = Database(stack)
+        expected = db.finished() + WARM_UP_DOCS
+        submit_all(clients, WARM_UP_DOCS, "warm-up")
+        wait_finished(db, expected, "warm-up documents done")
+
+        # 1. queue: nothing consumes, so the web, Redis and database costs are the submit's.
+        for p in procs:
+            p.signal(signal.SIGSTOP, group=True)
+        before = Snapshot(stack, db, web, procs)
+        latencies, _, _ = submit_all(clients, docs, "queued")
+        time.sleep(1.0)  # PostgreSQL publishes a backend's counters when it ends: let them land
+        queued = Snapshot(stack, db, web, procs)
+        queue_cost = queued.cost(before, db, docs)
+        queue_cost["latency_ms"] = {k: v * 1000 if k != "n" else v
+                                    for k, v in summary(latencies).items()}
+        queue_cost["redis_bytes_per_queued"] = queued_bytes(stack)
+        progress(f"{name}: queue  web {queue_cost['web_cpu_ms']:.1f} ms/doc, "
+                 f"redis {queue_cost['redis_cpu_ms']:.2f} ms/doc "
+                 f"{queue_cost['redis_commands']:.1f} cmds/doc "
+                 f"{queue_cost['redis_bytes_per_queued']:.0f} B/queued doc, "
+                 f"202 p50 {queue_cost['latency_ms']['p50']:.0f} ms")
+
+        # 2. drain: the workers alone.
+        for p in procs:
+            p.signal(signal.SIGCONT, group=True)
+        expected += docs
+        resumed = time.monotonic()
+        emptied = wait_finished(db, expected, "queued documents drained")
+        time.sleep(1.0)
+        drained = Snapshot(stack, db, web, procs)
+        drain_cost = drained.cost(queued, db, docs)
+        drain_cost["docs_per_s"] = docs / (emptied - resumed)
+        progress(f"{name}: drain  worker {drain_cost['worker_cpu_ms']:.1f} ms/doc, "
+                 f"redis {drain_cost['redis_cpu_ms']:.2f} ms/doc "
+                 f"{drain_cost['redis_commands']:.1f} cmds/doc, "
+                 f"{drain_cost['docs_per_s']:.1f} docs/s")
+
+        # 3. end to end: submit and process at once.
+        start = Snapshot(stack, db, web, procs)
+        latencies, first, last_202 = submit_all(clients, docs, "e2e")
+        expected += docs
+        done = wait_finished(db, expected, "end-to-end documents done")
+        end = Snapshot(stack, db, web, procs)
+        e2e = end.cost(start, db, docs)
+        e2e["docs_per_s"] = docs / (done - first)
+        e2e["submit_per_s"] = docs / (last_202 - first)
+        e2e["latency_ms"] = {k: v * 1000 if k != "n" else v
+                             for k, v in summary(latencies).items()}
+        progress(f"{name}: e2e    {e2e['docs_per_s']:.1f} docs/s, cores busy: web "
+                 f"{e2e['web_cores']:.2f}, workers {e2e['worker_cores']:.2f}, redis "
+                 f"{e2e['redis_cores']:.2f}"
+                 + (f", sqlite writer {e2e['db_writer_busy']:.0%}" if "db_writer_busy" in e2e
+                    else f", postgres {e2e.get('db_cores', 0):.2f}"))
+        failed = stack.query("SELECT COUNT(*) AS n FROM documents_document "
+                             "WHERE state = 'failed'")[0]["n"]
+        return {"engine": engine, "workers": workers, "queue": queue_cost,
+                "drain": drain_cost, "e2e": e2e, "failed": failed}
+    finally:
+        if db is not None:
+            db.close()
+        stack.stop()
+
+
+def per_core(rows: list[dict[str, Any]], engine: str) -> dict[str, Any]:
+    """Median per-document costs of one engine over its runs, and the rates they allow."""
+    mine = [r for r in rows if r["engine"] == engine]
+    med = lambda phase, key: statistics.median(r[phase][key] for r in mine)  # noqa: E731
+    costs = {
+        "web_cpu_ms": med("queue", "web_cpu_ms"),
+        "worker_cpu_ms": med("drain", "worker_cpu_ms"),
+        "redis_cpu_ms": med("queue", "redis_cpu_ms") + med("drain", "redis_cpu_ms"),
+        "redis_commands": med("queue", "redis_commands") + med("drain", "redis_commands"),
+        "redis_bytes_per_queued": med("queue", "redis_bytes_per_queued"),
+    }
+    if engine == "sqlite":
+        costs["db_writer_ms"] = med("queue", "db_writer_ms") + med("drain", "db_writer_ms")
+    else:
+        costs["db_cpu_ms"] = med("queue", "db_cpu_ms") + med("drain", "db_cpu_ms")
+        costs["db_commits"] = med("queue", "db_commits") + med("drain", "db_commits")
+        costs["db_sessions"] = med("queue", "db_sessions") + med("drain", "db_sessions")
+        costs["db_wal_bytes"] = med("queue", "db_wal_bytes") + med("drain", "db_wal_bytes")
+    rates = {
+        # A -c 1 worker process waits on round trips (fetch, ack, database) as well as
+        # computing: what one process drains, besides what one core's CPU would allow.
+        "worker_docs_per_process_s": statistics.median(
+            r["drain"]["docs_per_s"] / r["workers"] for r in mine),
+        "web_docs_per_core_s": 1000 / costs["web_cpu_ms"],
+        "worker_docs_per_core_s": 1000 / costs["worker_cpu_ms"],
+        "redis_docs_per_core_s": 1000 / costs["redis_cpu_ms"],
+    }
+    # What cannot grow with cores: Redis executes commands on one thread, SQLite has one
+    # writer. PostgreSQL's backends run in parallel: its rate is per database core.
+    ceilings = {"redis (one thread)": rates["redis_docs_per_core_s"]}
+    if engine == "sqlite":
+        rates["sqlite_writer_docs_s"] = 1000 / costs["db_writer_ms"]
+        ceilings["sqlite single writer"] = rates["sqlite_writer_docs_s"]
+    else:
+        rates["postgres_docs_per_core_s"] = 1000 / costs["db_cpu_ms"]
+    limit = min(ceilings, key=ceilings.__getitem__)
+    throughput = {n: statistics.median(r["e2e"]["docs_per_s"] for r in mine if r["workers"] == n)
+                  for n in sorted({r["workers"] for r in mine})}
+    # Everything on one box (SQLite's cost is inside the web and worker processes' CPU).
+    cpu_ms = (costs["web_cpu_ms"] + costs["worker_cpu_ms"] + costs["redis_cpu_ms"]
+              + costs.get("db_cpu_ms", 0.0))
+    per_core_rates = {k: v for k, v in rates.items() if k.endswith("_per_core_s")}
+    costliest = min(per_core_rates, key=per_core_rates.__getitem__)
+    return {"engine": engine, "costs": costs, "rates": rates, "ceilings": ceilings,
+            "first_limit": limit, "first_limit_docs_s": ceilings[limit],
+            "costliest_per_core": costliest,
+            "cpu_ms_per_doc_all_components": cpu_ms,
+            "one_box_docs_s_per_core": 1000 / cpu_ms,
+            "throughput_by_workers": throughput}
+
+
+CONNECTIONS = 100  # connections opened and closed to price one
+
+
+def connection_cost(server: Any) -> dict[str, float]:
+    """CPU one PostgreSQL connection costs, opened and closed as Django does at CONN_MAX_AGE 0
+    (a backend forked, scram-sha-256 authentication, exit): on the server and in the client."""
+    own = psutil.Process()
+    before_server, before_client = tree_cpu([server.proc.pid]), sum(own.cpu_times()[:2])
+    for _ in range(CONNECTIONS):
+        server.connect().close()
+    time.sleep(0.5)  # the last backends exit and are reaped
+    return {"server_cpu_ms": 1000 * (tree_cpu([server.proc.pid]) - before_server) / CONNECTIONS,
+            "client_cpu_ms": 1000 * (sum(own.cpu_times()[:2]) - before_client) / CONNECTIONS}
+
+
+def plot(rows: list[dict[str, Any]], engines: list[dict[str, Any]], name: str) -> Path:
+    fig, (left, right) = new_figure(
+        "Document path: cost per document and throughput (shared, loaded 2-core machine)",
+        ncols=2)
+    comps = [("web", "web_cpu_ms", "#2a9d8f"), ("Celery worker", "worker_cpu_ms", "#e76f51"),
+             ("Redis", "redis_cpu_ms", "#e63946")]
+    x = list(range(len(engines)))
+    width = 0.8 / (len(comps) + 1)
+    for i, (label, key, color) in enumerate(comps):
+        left.bar([j + i * width for j in x], [e["costs"][key] for e in engines], width,
+                 label=f"{label} CPU", color=color)
+    db_vals = [e["costs"].get("db_writer_ms", e["costs"].get("db_cpu_ms")) for e in engines]
+    left.bar([j + len(comps) * width for j in x], db_vals, width, color="#457b9d",
+             label="database (SQLite: writer held; PostgreSQL: CPU)")
+    left.set_xticks([j + 1.5 * width for j in x], [e["engine"] for e in engines])
+    left.set_ylabel("ms per document")
+    left.legend(fontsize=7)
+    for e, color in zip(engines, ("#264653", "#8338ec"), strict=False):
+        mine = sorted((r for r in rows if r["engine"] == e["engine"]), key=lambda r: r["workers"])
+        right.plot([r["workers"] for r in mine], [r["e2e"]["docs_per_s"] for r in mine],
+                   marker="o", linestyle="none", color=color,
+                   label=f"{e['engine']}: measured end to end (each run)")
+        by = e["throughput_by_workers"]
+        right.plot(list(by), list(by.values()), color=color)
+        right.axhline(e["first_limit_docs_s"], color=color, linestyle="--",
+                      label=f"{e['engine']} ceiling: {e['first_limit']} "
+                            f"{e['first_limit_docs_s']:.0f}/s")
+        cores = os.cpu_count() or 1
+        right.axhline(cores * e["one_box_docs_s_per_core"], color=color, linestyle=":",
+                      label=f"{e['engine']}: this box's {cores} cores / CPU per document "
+                            f"{cores * e['one_box_docs_s_per_core']:.0f}/s")
+    right.set_xticks(sorted({r["workers"] for r in rows}))
+    right.set_xlabel("Celery worker processes (-c 1 each)")
+    right.set_ylabel("documents done per second")
+    right.set_yscale("log")
+    right.legend(fontsize=7)
+    return save_figure(fig, name)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--docs", type=int, default=200, help="documents per phase")
+    parser.add_argument("--workers", default="1,2,4", help="Celery worker process counts")
+    parser.add_argument("--db", default="sqlite,postgres", help="engines, comma-separated")
+    parser.add_argument("--repeats", type=int, default=2,
+                        help="runs of every engine and worker count, interleaved")
+    parser.add_argument("--output", default="ceiling")
+    args = parser.parse_args()
+    counts = [int(n) for n in args.workers.split(",") if n]
+    engines = [e for e in args.db.split(",") if e]
+    if args.docs < SUBMITTERS or not counts or min(counts) < 1 or args.repeats < 1:
+        parser.error(f"--docs must be >= {SUBMITTERS}, worker counts and --repeats >= 1")
+    if set(engines) - {"sqlite", "postgres"}:
+        parser.error("--db takes sqlite and/or postgres")
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: sys.exit(1))
+    work = Path(tempfile.mkdtemp(prefix="ceiling-"))
+    template = make_template_db(work / "template")
+    pg = None
+    if "postgres" in engines:
+        from tests.pgserver import make_template_pg
+
+        progress("starting PostgreSQL (platform/postgres) and migrating its template database")
+        pg = make_template_pg(work / "pg")
+    load_before = os.getloadavg()
+    rows = []
+    connection: dict[str, float] = {}
+    try:
+        # Interleaved (every configuration once, then again), so a load spike from other work
+        # on the machine spreads over all of them.
+        for repeat in range(1, args.repeats + 1):
+            for engine in engines:
+                for n in counts:
+                    progress(f"[{repeat}/{args.repeats}] {engine}, {n} Celery worker "
+                             f"process(es): {args.docs} documents x 3 phases")
+                    rows.append(run_one(work, template, pg, engine, n, args.docs))
+        if pg is not None:
+            connection = connection_cost(pg.server)
+            progress(f"postgres: one connection opened and closed costs the server "
+                     f"{connection['server_cpu_ms']:.2f} ms CPU, the client "
+                     f"{connection['client_cpu_ms']:.2f} ms")
+    finally:
+        if pg is not None:
+            pg.server.stop()
+    result = [per_core(rows, e) for e in engines]
+    for e in result:
+        if e["engine"] == "postgres" and connection:
+            e["connection_cost"] = connection
+            e["costs"]["db_cpu_ms_in_connections"] = (
+                connection["server_cpu_ms"] * e["costs"]["db_sessions"])
+    print()
+    for e in result:
+        c, r = e["costs"], e["rates"]
+        db = (f"writer held {c['db_writer_ms']:.2f} ms" if "db_writer_ms" in c else
+              f"CPU {c['db_cpu_ms']:.2f} ms, {c['db_commits']:.1f} commits, "
+              f"{c['db_sessions']:.1f} connections opened, "
+              f"{c['db_wal_bytes'] / 1024:.1f} KiB WAL")
+        print(f"{e['engine']}: per document: web {c['web_cpu_ms']:.1f} ms CPU, worker "
+              f"{c['worker_cpu_ms']:.1f} ms CPU, Redis {c['redis_cpu_ms']:.2f} ms CPU "
+              f"({c['redis_commands']:.0f} commands, "
+              f"{c['redis_bytes_per_queued']:.0f} B per queued), database {db}")
+        print("  docs/s per core: " + ", ".join(f"{k} {v:,.0f}" for k, v in r.items()))
+        print(f"  all components on one box: {e['cpu_ms_per_doc_all_components']:.1f} ms CPU "
+              f"per document = {e['one_box_docs_s_per_core']:.0f} docs/s per core; "
+              f"costliest per core: {e['costliest_per_core']}")
+        if "connection_cost" in e:
+            print(f"  of the database's CPU, {c['db_cpu_ms_in_connections']:.1f} ms is opening and "
+                  f"closing {c['db_sessions']:.1f} connections "
+                  f"({e['connection_cost']['server_cpu_ms']:.2f} ms each)")
+        print(f"  first limit: {e['first_limit']} at {e['first_limit_docs_s']:,.0f} docs/s; "
+              f"measured end to end by workers: "
+              + ", ".join(f"{k}: {v:.1f}/s" for k, v in e["throughput_by_workers"].items()))
+    data = {"args": vars(args), "cores": os.cpu_count(),
+            "machine": "2 cores, shared with four other engineers' test runs (loaded)",
+            "load_average_before": load_before, "load_average_after": os.getloadavg(),
+            "engines": result, "runs": rows}
+    print(f"wrote {save_json(args.output, data)}")
+    print(f"wrote {plot(rows, result, args.output)}")
+
+
+if __name__ == "__main__":
+    main()
