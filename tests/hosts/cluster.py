@@ -46,7 +46,7 @@ class HostRedis(RedisServer):
     """The platform's redis.conf bound to one address, optionally TLS only (``port 0``)."""
 
     def __new__(cls, *args: Any, **kwargs: Any) -> HostRedis:
-        # Always a single server on its address: the Sentinel topology is 11b's tests'.
+        # Always a single server on its address: the Sentinel topology is tests/failover's.
         return object.__new__(cls)
 
     def __init__(self, base_dir: Path, *, address: str, tls_dir: Path | None = None,
