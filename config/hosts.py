@@ -51,7 +51,7 @@ def is_loopback(host: str | None) -> bool:
 
 def redis_check(target: Any, *, roles: Iterable[str], require_tls: bool) -> None:
     """Refuse a Redis (``settings.REDIS``: a URL or sentinels) this host cannot share, or
-    reaches in plain text when TLS is required. the client settings (celery_conf/connections.py) verify the certificate
+    reaches in plain text when TLS is required. The client settings verify the certificate
     whenever TLS is on (celery_conf/connections.py)."""
     if require_tls and not target.uses_tls:
         raise ImproperlyConfigured(
