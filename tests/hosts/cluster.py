@@ -46,7 +46,8 @@ class HostRedis(RedisServer):
     """The platform's redis.conf bound to one address, optionally TLS only (``port 0``)."""
 
     def __new__(cls, *args: Any, **kwargs: Any) -> HostRedis:
-        # Always a single server on its address: the Sentinel topology is tests/failover's.
+        # Always a single server on its address (RedisServer's __new__ would pick a Sentinel
+        # group under TEST_REDIS=sentinel); the Sentinel topology is tests/failover's.
         return object.__new__(cls)
 
     def __init__(self, base_dir: Path, *, address: str, tls_dir: Path | None = None,
@@ -79,23 +80,6 @@ class HostRedis(RedisServer):
             kwargs = {"ssl_cert_reqs": "required",
                       "ssl_ca_certs": str(self.tls_dir / "ca.pem"), **kwargs}
         return redis.Redis.from_url(self.url, decode_responses=True, socket_timeout=5, **kwargs)
-
-    def start(self) -> HostRedis:
-        conf = self.dir / "redis.conf"
-        lines = [
-            f"include {ROOT / 'platform' / 'redis.conf'}",
-            f"port {self.port}",
-            f"dir {self.dir}",
-            f"requirepass {self.password}",
-        ] + [f"{k} {v}" for k, v in self.overrides.items()]
-        conf.write_text("\n".join(lines) + "\n")
-        self.starts += 1
-        self.proc = spawn(f"redis-{self.address}", ["redis-server", str(conf)],
-                          env=dict(os.environ), log_dir=self.log_dir)
-        client = self.client()
-        wait_until(lambda: client.ping() and client.info("persistence")["loading"] == 0,
-                   timeout=30, what=f"redis-server on {self.address} answers PING")
-        return self
 
 
 @dataclass
