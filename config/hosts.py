@@ -38,7 +38,9 @@ def is_loopback(host: str | None) -> bool:
     localhost, 127.0.0.1, ::1 or the any-address? Other 127/8 addresses are not refused: an
     operator never types them by accident, and they are how tests run several hosts on one
     machine (tests/hosts/)."""
-    if not host:
+    if not host or host.startswith("/"):
+        # Empty, or a directory (libpq's Unix socket, e.g. postgres://u:p@%2Fvar%2Frun%2F
+        # postgresql/db): this machine's own server either way.
         return True
     if host.lower() in LOOPBACK_NAMES:
         return True
