@@ -41,7 +41,9 @@ def test_platform_up_on_postgres_runs_its_own_cluster_and_stops_it(tmp_path, mea
                    timeout=180, what="platform/up reports the platform running")
         password = (var / "postgres.password").read_text().strip()
         assert oct((var / "postgres.password").stat().st_mode & 0o777) == "0o600"
-        assert f"@127.0.0.1:{port}/platform" in (var / "platform.env").read_text()
+        platform_env = (var / "platform.env").read_text()
+        assert f"@127.0.0.1:{port}/platform" in platform_env
+        assert platform_env.count("DATABASE_URL=") == 1, platform_env  # written once
 
         def kinds() -> set[str]:
             with psycopg.connect(host="127.0.0.1", port=port, user="platform",
