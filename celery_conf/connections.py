@@ -52,6 +52,8 @@ LOG_CONNECTIONS = 4
 # The broker connection PINGs when idle this long: a dead primary is noticed within seconds,
 # not at the next TCP timeout, and the consumer reconnects (through the sentinels).
 BROKER_HEALTH_CHECK_S = 10
+# The platform's redis.conf keeps Redis's default number of databases.
+REDIS_DATABASES = 16
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,11 @@ def redis_target(*, url: str, sentinels: list[str], master: str, password: str,
     """The target the settings describe. Bad input raises ImproperlyConfigured at start-up."""
     if ca_file and not ca_file.startswith("/"):
         raise ImproperlyConfigured(f"REDIS_TLS_CA_FILE must be an absolute path, got {ca_file!r}")
+    # Redis numbers its databases from 0 to `databases - 1` (16 by default): a negative number
+    # is never valid, and one past the server's count fails only at the first command.
+    if not 0 <= db < REDIS_DATABASES:
+        raise ImproperlyConfigured(
+            f"REDIS_DB must be between 0 and {REDIS_DATABASES - 1}, got {db}")
     if not sentinels:
         if urlsplit(url).scheme not in ("redis", "rediss"):
             raise ImproperlyConfigured(
@@ -102,9 +109,13 @@ def redis_target(*, url: str, sentinels: list[str], master: str, password: str,
     hosts = []
     for item in sentinels:
         host, _, port = item.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]  # an IPv6 address, written [::1]:26379 as in a URL
+        if (not host or "[" in host or "]" in host or not port.isdigit()
+                or not 0 < int(port) < 65536):
             raise ImproperlyConfigured(
-                f"REDIS_SENTINELS must be host:port,host:port,..., got {item!r}")
+                f"REDIS_SENTINELS must be host:port,host:port,... ([v6addr]:port for IPv6), "
+                f"got {item!r}")
         hosts.append((host, int(port)))
     if not master:
         raise ImproperlyConfigured("REDIS_SENTINEL_MASTER must name the Sentinel master group")

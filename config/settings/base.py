@@ -199,6 +199,10 @@ REDIS_SENTINEL_PASSWORD = env_str("REDIS_SENTINEL_PASSWORD", "")
 REDIS_DB = env_int("REDIS_DB", 0)
 REDIS_TLS = env_bool("REDIS_TLS", False)
 REDIS_TLS_CA_FILE = env_str("REDIS_TLS_CA_FILE", "")
+if REDIS_TLS_CA_FILE and not Path(REDIS_TLS_CA_FILE).is_file():
+    # Otherwise every process starts and each Redis connection fails on its own, later.
+    raise ImproperlyConfigured(
+        f"REDIS_TLS_CA_FILE {REDIS_TLS_CA_FILE!r} is not a readable file")
 
 
 def redis_settings(url: str) -> RedisTarget:

@@ -89,10 +89,18 @@ def test_passwords_stay_out_of_repr():
     ({"master": ""}, "REDIS_SENTINEL_MASTER"),
     ({"ca_file": "relative.pem"}, "REDIS_TLS_CA_FILE must be an absolute path"),
     ({"sentinels": [], "url": "http://h:1/0"}, "REDIS_URL must be redis:// or rediss://"),
+    ({"db": -1}, "REDIS_DB must be between 0 and 15"),
+    ({"db": 99}, "REDIS_DB must be between 0 and 15"),
+    ({"sentinels": ["[::1:26379"]}, "REDIS_SENTINELS must be host:port"),
 ])
 def test_bad_redis_settings_are_refused(changes, message):
     with pytest.raises(ImproperlyConfigured, match=message):
         redis_target(**{**SENTINEL, **changes})
+
+
+def test_an_ipv6_sentinel_is_written_in_brackets_and_reaches_the_client_without_them():
+    target = redis_target(**{**SENTINEL, "sentinels": ["[::1]:26379", "10.0.0.2:26380"]})
+    assert target.sentinels == (("::1", 26379), ("10.0.0.2", 26380))
 
 
 def _production(**env: str) -> subprocess.CompletedProcess[str]:
@@ -116,3 +124,14 @@ def test_production_sentinel_needs_both_passwords():
                      REDIS_SENTINEL_PASSWORD=secrets.token_urlsafe(24))
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.count("sentinel://") == 3
+
+
+def test_a_ca_file_that_is_not_there_stops_start_up(tmp_path):
+    sentinels = {"REDIS_SENTINELS": "10.0.0.1:26379,10.0.0.2:26379,10.0.0.3:26379",
+                 "REDIS_PASSWORD": secrets.token_urlsafe(24),
+                 "REDIS_SENTINEL_PASSWORD": secrets.token_urlsafe(24), "REDIS_TLS": "true"}
+    missing = _production(**sentinels, REDIS_TLS_CA_FILE=str(tmp_path / "ca.pem"))
+    assert missing.returncode != 0 and "is not a readable file" in missing.stderr
+    (tmp_path / "ca.pem").write_text("-----BEGIN CERTIFICATE-----\n")
+    present = _production(**sentinels, REDIS_TLS_CA_FILE=str(tmp_path / "ca.pem"))
+    assert present.returncode == 0, present.stderr
