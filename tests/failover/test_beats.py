@@ -67,10 +67,14 @@ def test_primary_sigkilled_under_three_beats_one_leader_no_slot_twice(sentinel_s
 
     result = tally(stack, beats, workers)
     runs = leadership_runs(beats)
+    # The log lines are the witness: none read (a changed format) must fail, not pass empty.
+    assert runs, "no beat logged a fire: the log format changed?"
     assert len(runs) == len(set(runs)), f"two beats fired interleaved (two leaders): {runs}"
     assert result.doubled == 0, result  # no slot's work ran twice, by any witness
     leaders_after = {by for _, slot, by in fired(beats)
                      if datetime.fromisoformat(slot).timestamp() > killed_at}
+    assert leaders_after, "no beat fired a slot after the failover"
+    assert token in runs, f"the lock's holder {token} never fired: {runs}"
     measure(**result.as_dict(), leaders=len(runs), leaders_after_failover=len(leaders_after),
             scheduling_resumed_s=round(db_time(first) - killed_at, 1),
             same_leader_before_and_after=since < killed_at)
