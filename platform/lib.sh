@@ -149,7 +149,10 @@ data_bind_check() {
 
 # PostgreSQL instead of SQLite, when PLATFORM_DATABASE=postgres: the project's own cluster in
 # var/postgres (platform/postgres: an unprivileged user, passwords only, loopback), its
-# password generated once into var/postgres.password, DATABASE_URL pointing at it.
+# password generated once into var/postgres.password, DATABASE_URL pointing at it. The
+# application's role "platform" owns database platform and is no superuser; the cluster's
+# superuser platform_admin has its own password (var/postgres.admin-password), used only by
+# platform/postgres (adr/0024).
 ensure_postgres() {
   [ "${PLATFORM_DATABASE:-sqlite}" = postgres ] || return 0
   # Only on the data host (PLATFORM_ROLES, default all); others use its DATABASE_URL.
@@ -161,9 +164,12 @@ ensure_postgres() {
   local dir="$PLATFORM_VAR_DIR/postgres" pwfile="$PLATFORM_VAR_DIR/postgres.password"
   mkdir -p "$PLATFORM_VAR_DIR"
   export POSTGRES_PORT="${POSTGRES_PORT:-5433}"
+  local adminfile="$PLATFORM_VAR_DIR/postgres.admin-password"
   if [ ! -f "$pwfile" ]; then (umask 077; random_secret > "$pwfile"); fi
+  if [ ! -f "$adminfile" ]; then (umask 077; random_secret > "$adminfile"); fi
   POSTGRES_PASSWORD="$(cat "$pwfile")"
-  export POSTGRES_PASSWORD POSTGRES_DB=platform
+  POSTGRES_ADMIN_PASSWORD="$(cat "$adminfile")"
+  export POSTGRES_PASSWORD POSTGRES_ADMIN_PASSWORD POSTGRES_DB=platform
   if [ ! -f "$dir/data/PG_VERSION" ]; then
     say "creating the PostgreSQL cluster in $dir"
     "$PLATFORM_ROOT/platform/postgres" init "$dir"

@@ -22,6 +22,20 @@ from tests.procs import BIN, ROOT, free_port, wait_until
 pytestmark = pytest.mark.processes
 
 
+def app_role_is_confined(url: str) -> bool:
+    """True when ``url``'s role is no superuser, cannot create roles or databases, owns its
+    database, and ``COPY ... PROGRAM`` is refused to it."""
+    with psycopg.connect(url, connect_timeout=10, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT rolsuper, rolcreaterole, rolcreatedb, "
+            "pg_get_userbyid(d.datdba) = current_user FROM pg_roles r, pg_database d "
+            "WHERE r.rolname = current_user AND d.datname = current_database()").fetchone()
+        assert row == (False, False, False, True), row
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("COPY (SELECT 1) TO PROGRAM 'true'")
+    return True
+
+
 def test_platform_up_on_postgres_runs_its_own_cluster_and_stops_it(tmp_path, measure):
     # The var directory where the server's user can reach it (pytest's tmp_path is 0700).
     var = Path(tempfile.mkdtemp(prefix="platform-up-pg-"))
@@ -52,6 +66,9 @@ def test_platform_up_on_postgres_runs_its_own_cluster_and_stops_it(tmp_path, mea
                     "SELECT DISTINCT application_name FROM pg_stat_activity "
                     "WHERE datname = 'platform' AND pid <> pg_backend_pid()").fetchall()}
 
+        # The application's role is no superuser: SQL it runs cannot reach this host's shell.
+        assert oct((var / "postgres.admin-password").stat().st_mode & 0o777) == "0o600"
+        assert app_role_is_confined(platform_env.split("DATABASE_URL=")[1].split()[0])
         # manage.py finds the database through var/platform.env, as a bare shell would.
         status = subprocess.run([str(BIN / "python"), "manage.py", "status"], cwd=ROOT,
                                 env=env, capture_output=True, text=True, timeout=90)
