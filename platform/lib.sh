@@ -205,6 +205,13 @@ ENV
   if [ -n "${REDIS_TLS_CA_FILE:-}" ]; then
     echo "REDIS_TLS_CA_FILE=$REDIS_TLS_CA_FILE" >> "$PLATFORM_VAR_DIR/platform.env"
   fi
+  # Redis through sentinels (settings: REDIS_SENTINELS wins over REDIS_URL), when given.
+  if [ -n "${REDIS_SENTINELS:-}" ]; then
+    printf '%s\n' "REDIS_SENTINELS=$REDIS_SENTINELS" "REDIS_PASSWORD=${REDIS_PASSWORD:-}" \
+      "REDIS_SENTINEL_PASSWORD=${REDIS_SENTINEL_PASSWORD:-}" \
+      ${REDIS_SENTINEL_MASTER:+"REDIS_SENTINEL_MASTER=$REDIS_SENTINEL_MASTER"} \
+      ${REDIS_TLS:+"REDIS_TLS=$REDIS_TLS"} >> "$PLATFORM_VAR_DIR/platform.env"
+  fi
   umask 022
 }
 
