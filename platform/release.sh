@@ -247,6 +247,44 @@ ENV
   set +a
 }
 
+# Backups on PostgreSQL run pg_dump and pg_restore of the server's major version
+# (apps/ops/backups.py: /usr/lib/postgresql/<major>/bin), so every host whose DATABASE_URL is
+# PostgreSQL gets postgresql-client-<major>. The major: POSTGRES_MAJOR when given (the join
+# file, or the environment: a server not reachable at install time), else asked of the
+# server with the release's psycopg (the URL stays in the environment, off the command line).
+ensure_postgres_client() {
+  local python="$1" major="${POSTGRES_MAJOR:-}"
+  case "${DATABASE_URL:-}" in postgres://*|postgresql://*) ;; *) return 0 ;; esac
+  if [ -z "$major" ]; then
+    if ! major="$("$python" -c 'import os, psycopg
+with psycopg.connect(os.environ["DATABASE_URL"], connect_timeout=10) as conn:
+    print(conn.info.server_version // 10000)' 2>/dev/null)"; then
+      echo "platform/install: cannot reach the PostgreSQL server of DATABASE_URL to learn its" \
+        "major version (for postgresql-client-<major>, which backups need): start it, or" \
+        "give POSTGRES_MAJOR=<major>" >&2
+      exit 1
+    fi
+  fi
+  if [[ ! "$major" =~ ^[0-9]+$ ]]; then
+    echo "platform/install: POSTGRES_MAJOR must be a number such as 15" >&2
+    exit 1
+  fi
+  if ! dpkg -s "postgresql-client-$major" >/dev/null 2>&1 \
+      && ! apt-cache show "postgresql-client-$major" >/dev/null 2>&1; then
+    # A fresh machine may have no package lists yet.
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  fi
+  if ! dpkg -s "postgresql-client-$major" >/dev/null 2>&1 \
+      && ! apt-cache show "postgresql-client-$major" >/dev/null 2>&1; then
+    echo "platform/install: the server is PostgreSQL $major but this system's package lists" \
+      "have no postgresql-client-$major (add the PostgreSQL project's apt repository," \
+      "apt.postgresql.org, then run this again)" >&2
+    exit 1
+  fi
+  say "PostgreSQL $major client (backups)"
+  ensure_system_packages "postgresql-client-$major"
+}
+
 # TLS between hosts (adr/0026), given at the first install: REDIS_TLS_CA_FILE (every host: the
 # private CA its clients verify) and, on the data host, REDIS_TLS_CERT and REDIS_TLS_KEY (its
 # pair, platform/certs). Copied where the platform's user reads them; prints the environment
