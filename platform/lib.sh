@@ -133,15 +133,31 @@ export_roles() {
 
 has_role() { case ",$PLATFORM_ROLES," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
-# A host whose only role is data serves other hosts alone: Redis (and PostgreSQL) bound to
-# loopback only would refuse every one of them. Refused here, not found later by each app host.
+# The addresses a data host's Redis or PostgreSQL listens on ($name: REDIS_BIND, POSTGRES_BIND).
+# The any-address (0.0.0.0, ::, *) would also serve every other network this host is on (a
+# public interface, a management network): refused unless the operator says so with
+# ${name}_ANY=yes. A host whose only role is data serves other hosts alone: bound to loopback
+# only it would refuse every one of them. Both refused here, not found later by each app host.
 data_bind_check() {
-  local roles="$1" bind="$2" name="$3" address
+  local roles="$1" bind="$2" name="$3" any="${3}_ANY" address loopback_only=yes addresses
   case ",$roles," in *,data,*) ;; *) return 0 ;; esac
-  case ",$roles," in *,web,*|*,workers,*|*,beat,*|*,flower,*) return 0 ;; esac
-  for address in $bind; do
-    case "$address" in 127.0.0.1|::1|localhost) ;; *) return 0 ;; esac
+  read -ra addresses <<< "$bind"  # split on blanks, no glob ('*' is an address here)
+  for address in "${addresses[@]}"; do
+    case "$address" in
+      0.0.0.0|::|'[::]'|'*')
+        if [ "${!any:-no}" != yes ]; then
+          echo "platform: $name=$bind listens on every network of this host: give this" \
+            "host's address on the app hosts' network, or set $any=yes if that is meant" \
+            "(README, 'Several hosts')" >&2
+          exit 1
+        fi
+        loopback_only=no ;;
+      127.0.0.1|::1|localhost) ;;
+      *) loopback_only=no ;;
+    esac
   done
+  [ "$loopback_only" = yes ] || return 0
+  case ",$roles," in *,web,*|*,workers,*|*,beat,*|*,flower,*) return 0 ;; esac
   echo "platform: PLATFORM_ROLES=$roles serves other hosts, but $name=$bind is loopback only:" \
     "set it to this host's address on their network (README, 'Several hosts')" >&2
   exit 1
