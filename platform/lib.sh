@@ -181,6 +181,13 @@ ensure_postgres() {
   mkdir -p "$PLATFORM_VAR_DIR"
   export POSTGRES_PORT="${POSTGRES_PORT:-5433}"
   local adminfile="$PLATFORM_VAR_DIR/postgres.admin-password"
+  if [ -f "$dir/data/PG_VERSION" ] && [ ! -f "$adminfile" ]; then
+    # Created before ADR 28: there the application's role is the bootstrap superuser, which
+    # PostgreSQL cannot demote. Refused rather than run the application as superuser.
+    echo "platform: $dir was created with the application's role as its superuser (before" \
+      "ADR 28); dump what you need, move $dir aside and run again for a new cluster" >&2
+    exit 1
+  fi
   if [ ! -f "$pwfile" ]; then (umask 077; random_secret > "$pwfile"); fi
   if [ ! -f "$adminfile" ]; then (umask 077; random_secret > "$adminfile"); fi
   POSTGRES_PASSWORD="$(cat "$pwfile")"

@@ -179,6 +179,30 @@ join_values_check() {
         exit 1 ;;
     esac
   done
+  # Production settings require verified TLS on a host without data unless told otherwise
+  # (config/settings/production.py): refused here, before anything is written, not at the
+  # first migrate.
+  case "${PLATFORM_REQUIRE_TLS:-true}" in
+    0|false|False|FALSE|no|off) ;;
+    *)
+      local redis_tls=no
+      case "${REDIS_URL:-}" in rediss://*) redis_tls=yes ;; esac
+      case "${REDIS_TLS:-}" in 1|true|True|TRUE|yes|on) [ "$redis" = sentinel ] && redis_tls=yes ;; esac
+      if [ "$redis_tls" = no ] || [ -z "${REDIS_TLS_CA_FILE:-}" ]; then
+        echo "platform/install: a host without 'data' reaches Redis over TLS by default: give" \
+          "rediss:// (or REDIS_TLS=true with sentinels) and REDIS_TLS_CA_FILE, or set" \
+          "PLATFORM_REQUIRE_TLS=false if the network between hosts is trusted (README," \
+          "'TLS between hosts')" >&2
+        exit 1
+      fi
+      case "$DATABASE_URL" in
+        *sslmode=verify-full*|*sslmode=verify-ca*) ;;
+        *) echo "platform/install: a host without 'data' reaches PostgreSQL over TLS by" \
+             "default: DATABASE_URL needs ?sslmode=verify-full&sslrootcert=..., or set" \
+             "PLATFORM_REQUIRE_TLS=false if the network between hosts is trusted" >&2
+           exit 1 ;;
+      esac ;;
+  esac
   if [ -n "${REDIS_TLS_CA_FILE:-}" ] && [ ! -f "$REDIS_TLS_CA_FILE" ]; then
     echo "platform/install: REDIS_TLS_CA_FILE is not a file on this host: copy the private" \
       "CA here and give its path (REDIS_TLS_CA_FILE=... before --join)" >&2
@@ -225,6 +249,7 @@ DJANGO_CSRF_TRUSTED_ORIGINS=$origin
 DATABASE_URL=$database_url
 PLATFORM_VAR_DIR=$DATA_DIR
 PLATFORM_ROLES=$roles
+${PLATFORM_REQUIRE_TLS:+PLATFORM_REQUIRE_TLS=$PLATFORM_REQUIRE_TLS}
 REDIS_PASSWORD=$redis_password
 REDIS_PORT=$redis_port
 REDIS_BIND=$bind

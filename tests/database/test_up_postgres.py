@@ -94,3 +94,19 @@ def test_platform_up_on_postgres_runs_its_own_cluster_and_stops_it(tmp_path, mea
         subprocess.run([str(ROOT / "platform/postgres"), "stop", str(var / "postgres")],
                        capture_output=True, timeout=60)
         shutil.rmtree(var, ignore_errors=True)
+
+
+def test_a_cluster_made_with_the_application_as_superuser_is_refused(tmp_path):
+    """A var/postgres from before ADR 28 (no admin password beside it) is not started: its
+    application role is the bootstrap superuser, which PostgreSQL cannot demote."""
+    (tmp_path / "postgres/data").mkdir(parents=True)
+    (tmp_path / "postgres/data/PG_VERSION").write_text("15\n")
+    (tmp_path / "postgres.password").write_text("old-password\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "POSTGRES_"))}
+    env.update({"PLATFORM_VAR_DIR": str(tmp_path), "PLATFORM_DATABASE": "postgres",
+                "PLATFORM_ROLES": "web,workers,beat,flower,data"})
+    result = subprocess.run(["bash", "-c", ". platform/lib.sh; ensure_postgres"], cwd=ROOT,
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "created with the application's role as its superuser" in result.stderr
+    assert not (tmp_path / "postgres.admin-password").exists()
