@@ -17,6 +17,9 @@ from django.core.exceptions import ImproperlyConfigured
 ROLES = ("web", "workers", "beat", "flower", "data")
 # Host names that always mean "this machine", whatever the resolver says.
 DEFAULT_LOOPBACK = (ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1"))
+# libpq's modes that check the server's certificate; require/prefer encrypt but would talk to
+# anyone who answers on the address.
+VERIFYING_SSLMODES = frozenset({"verify-full", "verify-ca"})
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
 
 
@@ -58,7 +61,8 @@ def redis_check(target: Any, *, roles: Iterable[str], require_tls: bool) -> None
     if require_tls and not target.uses_tls:
         raise ImproperlyConfigured(
             "PLATFORM_REQUIRE_TLS is on but Redis is reached without TLS: use rediss:// "
-            "(or REDIS_TLS=true with sentinels) and REDIS_TLS_CA_FILE")
+            "(or REDIS_TLS=true with sentinels) and REDIS_TLS_CA_FILE; set "
+            "PLATFORM_REQUIRE_TLS=false only if the network between hosts is trusted")
     if target.sentinel:
         for host, _port in target.sentinels:
             _remote_check("REDIS_SENTINELS", host, roles=roles)
@@ -76,10 +80,11 @@ def database_check(database: dict[str, Any], *, roles: Iterable[str], require_tl
                 "host: set DATABASE_URL to that host's PostgreSQL (a SQLite file cannot be "
                 "shared between hosts)")
         return
-    if require_tls and database.get("OPTIONS", {}).get("sslmode") != "verify-full":
+    if require_tls and database.get("OPTIONS", {}).get("sslmode") not in VERIFYING_SSLMODES:
         raise ImproperlyConfigured(
             "PLATFORM_REQUIRE_TLS is on but DATABASE_URL lacks "
-            "?sslmode=verify-full&sslrootcert=/path/to/ca.pem")
+            "?sslmode=verify-full&sslrootcert=/path/to/ca.pem (or sslmode=verify-ca); set "
+            "PLATFORM_REQUIRE_TLS=false only if the network between hosts is trusted")
     _remote_check("DATABASE_URL", database.get("HOST"), roles=roles)
 
 

@@ -133,15 +133,31 @@ export_roles() {
 
 has_role() { case ",$PLATFORM_ROLES," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
-# A host whose only role is data serves other hosts alone: Redis (and PostgreSQL) bound to
-# loopback only would refuse every one of them. Refused here, not found later by each app host.
+# The addresses a data host's Redis or PostgreSQL listens on ($name: REDIS_BIND, POSTGRES_BIND).
+# The any-address (0.0.0.0, ::, *) would also serve every other network this host is on (a
+# public interface, a management network): refused unless the operator says so with
+# ${name}_ANY=yes. A host whose only role is data serves other hosts alone: bound to loopback
+# only it would refuse every one of them. Both refused here, not found later by each app host.
 data_bind_check() {
-  local roles="$1" bind="$2" name="$3" address
+  local roles="$1" bind="$2" name="$3" any="${3}_ANY" address loopback_only=yes addresses
   case ",$roles," in *,data,*) ;; *) return 0 ;; esac
-  case ",$roles," in *,web,*|*,workers,*|*,beat,*|*,flower,*) return 0 ;; esac
-  for address in $bind; do
-    case "$address" in 127.0.0.1|::1|localhost) ;; *) return 0 ;; esac
+  read -ra addresses <<< "$bind"  # split on blanks, no glob ('*' is an address here)
+  for address in "${addresses[@]}"; do
+    case "$address" in
+      0.0.0.0|::|'[::]'|'*')
+        if [ "${!any:-no}" != yes ]; then
+          echo "platform: $name=$bind listens on every network of this host: give this" \
+            "host's address on the app hosts' network, or set $any=yes if that is meant" \
+            "(README, 'Several hosts')" >&2
+          exit 1
+        fi
+        loopback_only=no ;;
+      127.0.0.1|::1|localhost) ;;
+      *) loopback_only=no ;;
+    esac
   done
+  [ "$loopback_only" = yes ] || return 0
+  case ",$roles," in *,web,*|*,workers,*|*,beat,*|*,flower,*) return 0 ;; esac
   echo "platform: PLATFORM_ROLES=$roles serves other hosts, but $name=$bind is loopback only:" \
     "set it to this host's address on their network (README, 'Several hosts')" >&2
   exit 1
@@ -149,7 +165,10 @@ data_bind_check() {
 
 # PostgreSQL instead of SQLite, when PLATFORM_DATABASE=postgres: the project's own cluster in
 # var/postgres (platform/postgres: an unprivileged user, passwords only, loopback), its
-# password generated once into var/postgres.password, DATABASE_URL pointing at it.
+# password generated once into var/postgres.password, DATABASE_URL pointing at it. The
+# application's role "platform" owns database platform and is no superuser; the cluster's
+# superuser platform_admin has its own password (var/postgres.admin-password), used only by
+# platform/postgres (adr/0024).
 ensure_postgres() {
   [ "${PLATFORM_DATABASE:-sqlite}" = postgres ] || return 0
   # Only on the data host (PLATFORM_ROLES, default all); others use its DATABASE_URL.
@@ -161,9 +180,19 @@ ensure_postgres() {
   local dir="$PLATFORM_VAR_DIR/postgres" pwfile="$PLATFORM_VAR_DIR/postgres.password"
   mkdir -p "$PLATFORM_VAR_DIR"
   export POSTGRES_PORT="${POSTGRES_PORT:-5433}"
+  local adminfile="$PLATFORM_VAR_DIR/postgres.admin-password"
+  if [ -f "$dir/data/PG_VERSION" ] && [ ! -f "$adminfile" ]; then
+    # Created before ADR 28: there the application's role is the bootstrap superuser, which
+    # PostgreSQL cannot demote. Refused rather than run the application as superuser.
+    echo "platform: $dir was created with the application's role as its superuser (before" \
+      "ADR 28); dump what you need, move $dir aside and run again for a new cluster" >&2
+    exit 1
+  fi
   if [ ! -f "$pwfile" ]; then (umask 077; random_secret > "$pwfile"); fi
+  if [ ! -f "$adminfile" ]; then (umask 077; random_secret > "$adminfile"); fi
   POSTGRES_PASSWORD="$(cat "$pwfile")"
-  export POSTGRES_PASSWORD POSTGRES_DB=platform
+  POSTGRES_ADMIN_PASSWORD="$(cat "$adminfile")"
+  export POSTGRES_PASSWORD POSTGRES_ADMIN_PASSWORD POSTGRES_DB=platform
   if [ ! -f "$dir/data/PG_VERSION" ]; then
     say "creating the PostgreSQL cluster in $dir"
     "$PLATFORM_ROOT/platform/postgres" init "$dir"
@@ -198,6 +227,13 @@ ${DATABASE_URL:+DATABASE_URL=$DATABASE_URL}
 ENV
   if [ -n "${REDIS_TLS_CA_FILE:-}" ]; then
     echo "REDIS_TLS_CA_FILE=$REDIS_TLS_CA_FILE" >> "$PLATFORM_VAR_DIR/platform.env"
+  fi
+  # Redis through sentinels (settings: REDIS_SENTINELS wins over REDIS_URL), when given.
+  if [ -n "${REDIS_SENTINELS:-}" ]; then
+    printf '%s\n' "REDIS_SENTINELS=$REDIS_SENTINELS" "REDIS_PASSWORD=${REDIS_PASSWORD:-}" \
+      "REDIS_SENTINEL_PASSWORD=${REDIS_SENTINEL_PASSWORD:-}" \
+      ${REDIS_SENTINEL_MASTER:+"REDIS_SENTINEL_MASTER=$REDIS_SENTINEL_MASTER"} \
+      ${REDIS_TLS:+"REDIS_TLS=$REDIS_TLS"} >> "$PLATFORM_VAR_DIR/platform.env"
   fi
   umask 022
 }

@@ -96,15 +96,116 @@ install_if_changed() {
 
 secret() { "$SYSTEM_PYTHON" -c "import secrets; print(secrets.token_urlsafe($1))"; }
 
+# The values an app host takes from the data host's platform.env (platform/install --join):
+# the shared secret key, the database, Redis by URL or by Sentinel, and the server's major
+# version for the PostgreSQL client. The rest of that file (its roles, binds, Flower's
+# password) belongs to the data host and is ignored.
+JOIN_KEYS=" DJANGO_SECRET_KEY DATABASE_URL REDIS_URL REDIS_SENTINELS REDIS_SENTINEL_MASTER
+  REDIS_PASSWORD REDIS_SENTINEL_PASSWORD REDIS_TLS REDIS_TLS_CA_FILE POSTGRES_MAJOR "
+
+# Read the join file as data (NAME=value lines, comments, blank lines), never as a script:
+# nothing in it runs, and no value is printed. A value already in the environment wins (e.g.
+# REDIS_TLS_CA_FILE, a path on this host). A file other users may read is refused: it holds
+# the data host's secrets.
+join_file_read() {
+  local file="$1" line key n=0
+  if [ ! -f "$file" ] || [ ! -r "$file" ]; then
+    echo "platform/install: --join $file: no such readable file (copy the data host's" \
+      "/etc/platform/platform.env)" >&2
+    exit 1
+  fi
+  if [ -n "$(find "$file" -maxdepth 0 -perm /o+rwx)" ]; then
+    echo "platform/install: --join $file is open to every user of this machine and holds" \
+      "the data host's secrets: chmod 600 it" >&2
+    exit 1
+  fi
+  while IFS= read -r line || [ -n "$line" ]; do
+    n=$((n + 1))
+    case "$line" in ''|'#'*) continue ;; esac
+    if [[ ! "$line" =~ ^([A-Z][A-Z0-9_]*)=(.*)$ ]]; then
+      echo "platform/install: --join $file line $n is not NAME=value" >&2
+      exit 1
+    fi
+    key="${BASH_REMATCH[1]}"
+    case "$JOIN_KEYS" in *" $key "*) ;; *) continue ;; esac
+    [ -n "${!key:-}" ] || export "$key=${BASH_REMATCH[2]}"
+  done < "$file"
+}
+
+# The host part of a URL (scheme://user:password@host:port/...), for the checks below.
+url_host() {
+  local rest="${1#*://}"
+  rest="${rest##*@}"; rest="${rest%%/*}"; rest="${rest%%\?*}"
+  case "$rest" in \[*) rest="${rest%%]*}"; echo "${rest#[}" ;; *) echo "${rest%:*}" ;; esac
+}
+
 # A host without the data role joins the data host: the shared values come from the first
-# host's platform.env. One secret key for every web host: a session or CSRF token signed on
-# one must verify on the others. Checked before anything is built or written.
+# host's platform.env (--join FILE, or the environment). One secret key for every web host: a
+# session or CSRF token signed on one must verify on the others. Redis by REDIS_URL or by
+# Sentinel (REDIS_SENTINELS with both passwords). Checked before anything is built or written;
+# messages name the setting, never its value.
 join_values_check() {
-  local roles="${PLATFORM_ROLES:-web,workers,beat,flower,data}"
+  local roles="${PLATFORM_ROLES:-web,workers,beat,flower,data}" redis=url host
   roles_include "$roles" data && return 0
-  if [ -z "${DJANGO_SECRET_KEY:-}" ] || [ -z "${REDIS_URL:-}" ] || [ -z "${DATABASE_URL:-}" ]; then
+  [ -n "${REDIS_URL:-}" ] || redis=""
+  if [ -z "$redis" ] && [ -n "${REDIS_SENTINELS:-}" ] && [ -n "${REDIS_PASSWORD:-}" ] \
+      && [ -n "${REDIS_SENTINEL_PASSWORD:-}" ]; then
+    redis=sentinel
+  fi
+  if [ -z "${DJANGO_SECRET_KEY:-}" ] || [ -z "$redis" ] || [ -z "${DATABASE_URL:-}" ]; then
     echo "platform/install: PLATFORM_ROLES=$roles has no 'data': give DJANGO_SECRET_KEY," \
-      "REDIS_URL and DATABASE_URL from the data host (README, 'Several hosts')" >&2
+      "REDIS_URL and DATABASE_URL from the data host (or REDIS_SENTINELS, REDIS_PASSWORD and" \
+      "REDIS_SENTINEL_PASSWORD instead of REDIS_URL): platform/install --join FILE with a" \
+      "copy of its /etc/platform/platform.env (README, 'Several hosts')" >&2
+    exit 1
+  fi
+  case "$DATABASE_URL" in
+    postgres://*|postgresql://*) ;;
+    *) echo "platform/install: DATABASE_URL must be the data host's PostgreSQL" \
+         "(postgres://...): a SQLite file cannot be shared between hosts" >&2; exit 1 ;;
+  esac
+  if [ "$redis" = url ]; then
+    case "$REDIS_URL" in
+      redis://*|rediss://*) ;;
+      *) echo "platform/install: REDIS_URL must be redis:// or rediss://" >&2; exit 1 ;;
+    esac
+  fi
+  for name in DATABASE_URL ${REDIS_URL:+REDIS_URL}; do
+    host="$(url_host "${!name}")"
+    case "$host" in
+      ''|localhost|127.0.0.1|::1|0.0.0.0|::|%2F*|/*)
+        echo "platform/install: $name names this machine, not the data host: use the data" \
+          "host's address (its REDIS_BIND / POSTGRES_BIND)" >&2
+        exit 1 ;;
+    esac
+  done
+  # Production settings require verified TLS on a host without data unless told otherwise
+  # (config/settings/production.py): refused here, before anything is written, not at the
+  # first migrate.
+  case "${PLATFORM_REQUIRE_TLS:-true}" in
+    0|false|False|FALSE|no|off) ;;
+    *)
+      local redis_tls=no
+      case "${REDIS_URL:-}" in rediss://*) redis_tls=yes ;; esac
+      case "${REDIS_TLS:-}" in 1|true|True|TRUE|yes|on) [ "$redis" = sentinel ] && redis_tls=yes ;; esac
+      if [ "$redis_tls" = no ] || [ -z "${REDIS_TLS_CA_FILE:-}" ]; then
+        echo "platform/install: a host without 'data' reaches Redis over TLS by default: give" \
+          "rediss:// (or REDIS_TLS=true with sentinels) and REDIS_TLS_CA_FILE, or set" \
+          "PLATFORM_REQUIRE_TLS=false if the network between hosts is trusted (README," \
+          "'TLS between hosts')" >&2
+        exit 1
+      fi
+      case "$DATABASE_URL" in
+        *sslmode=verify-full*|*sslmode=verify-ca*) ;;
+        *) echo "platform/install: a host without 'data' reaches PostgreSQL over TLS by" \
+             "default: DATABASE_URL needs ?sslmode=verify-full&sslrootcert=..., or set" \
+             "PLATFORM_REQUIRE_TLS=false if the network between hosts is trusted" >&2
+           exit 1 ;;
+      esac ;;
+  esac
+  if [ -n "${REDIS_TLS_CA_FILE:-}" ] && [ ! -f "$REDIS_TLS_CA_FILE" ]; then
+    echo "platform/install: REDIS_TLS_CA_FILE is not a file on this host: copy the private" \
+      "CA here and give its path (REDIS_TLS_CA_FILE=... before --join)" >&2
     exit 1
   fi
 }
@@ -123,7 +224,17 @@ ensure_env_file() {
     local bind="${REDIS_BIND:-127.0.0.1}" tls_lines
     data_bind_check "$roles" "$bind" REDIS_BIND
     tls_lines="$(install_redis_tls)"
-    [ -n "$redis_url" ] || redis_url="$(redis_scheme)://:$redis_password@${bind%% *}:$redis_port/0"
+    local redis_lines
+    if [ -z "$redis_url" ] && [ -n "${REDIS_SENTINELS:-}" ]; then
+      # Redis through the data hosts' sentinels (settings: REDIS_SENTINELS wins over a URL).
+      redis_lines="$(printf '%s\n' "REDIS_SENTINELS=$REDIS_SENTINELS" \
+        "REDIS_SENTINEL_PASSWORD=${REDIS_SENTINEL_PASSWORD:-}" \
+        ${REDIS_SENTINEL_MASTER:+"REDIS_SENTINEL_MASTER=$REDIS_SENTINEL_MASTER"} \
+        ${REDIS_TLS:+"REDIS_TLS=$REDIS_TLS"})"
+    else
+      [ -n "$redis_url" ] || redis_url="$(redis_scheme)://:$redis_password@${bind%% *}:$redis_port/0"
+      redis_lines="REDIS_URL=$redis_url"
+    fi
     origin="https://$host"
     [ "$web_port" = 443 ] || origin="$origin:$web_port"
     local tmp
@@ -138,10 +249,11 @@ DJANGO_CSRF_TRUSTED_ORIGINS=$origin
 DATABASE_URL=$database_url
 PLATFORM_VAR_DIR=$DATA_DIR
 PLATFORM_ROLES=$roles
+${PLATFORM_REQUIRE_TLS:+PLATFORM_REQUIRE_TLS=$PLATFORM_REQUIRE_TLS}
 REDIS_PASSWORD=$redis_password
 REDIS_PORT=$redis_port
 REDIS_BIND=$bind
-REDIS_URL=$redis_url
+$redis_lines
 $tls_lines
 FLOWER_PORT=${FLOWER_PORT:-5555}
 FLOWER_BASIC_AUTH=admin:$(secret 24)
@@ -158,6 +270,44 @@ ENV
   # shellcheck disable=SC1090
   . "$ENV_FILE"
   set +a
+}
+
+# Backups on PostgreSQL run pg_dump and pg_restore of the server's major version
+# (apps/ops/backups.py: /usr/lib/postgresql/<major>/bin), so every host whose DATABASE_URL is
+# PostgreSQL gets postgresql-client-<major>. The major: POSTGRES_MAJOR when given (the join
+# file, or the environment: a server not reachable at install time), else asked of the
+# server with the release's psycopg (the URL stays in the environment, off the command line).
+ensure_postgres_client() {
+  local python="$1" major="${POSTGRES_MAJOR:-}"
+  case "${DATABASE_URL:-}" in postgres://*|postgresql://*) ;; *) return 0 ;; esac
+  if [ -z "$major" ]; then
+    if ! major="$("$python" -c 'import os, psycopg
+with psycopg.connect(os.environ["DATABASE_URL"], connect_timeout=10) as conn:
+    print(conn.info.server_version // 10000)' 2>/dev/null)"; then
+      echo "platform/install: cannot reach the PostgreSQL server of DATABASE_URL to learn its" \
+        "major version (for postgresql-client-<major>, which backups need): start it, or" \
+        "give POSTGRES_MAJOR=<major>" >&2
+      exit 1
+    fi
+  fi
+  if [[ ! "$major" =~ ^[0-9]+$ ]]; then
+    echo "platform/install: POSTGRES_MAJOR must be a number such as 15" >&2
+    exit 1
+  fi
+  if ! dpkg -s "postgresql-client-$major" >/dev/null 2>&1 \
+      && ! apt-cache show "postgresql-client-$major" >/dev/null 2>&1; then
+    # A fresh machine may have no package lists yet.
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  fi
+  if ! dpkg -s "postgresql-client-$major" >/dev/null 2>&1 \
+      && ! apt-cache show "postgresql-client-$major" >/dev/null 2>&1; then
+    echo "platform/install: the server is PostgreSQL $major but this system's package lists" \
+      "have no postgresql-client-$major (add the PostgreSQL project's apt repository," \
+      "apt.postgresql.org, then run this again)" >&2
+    exit 1
+  fi
+  say "PostgreSQL $major client (backups)"
+  ensure_system_packages "postgresql-client-$major"
 }
 
 # TLS between hosts (adr/0026), given at the first install: REDIS_TLS_CA_FILE (every host: the

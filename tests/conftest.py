@@ -47,8 +47,10 @@ def django_db_modify_db_settings(
     server = request.getfixturevalue("pg_template").server
     default = settings.DATABASES["default"]
     default.update({
-        "ENGINE": "django.db.backends.postgresql", "NAME": "inprocess", "USER": server.user,
-        "PASSWORD": server.password, "HOST": server.host, "PORT": str(server.port),
+        "ENGINE": "django.db.backends.postgresql", "NAME": "inprocess",
+        # pytest-django creates its test database: the admin role (the app's has no CREATEDB).
+        "USER": server.admin_user, "PASSWORD": server.admin_password,
+        "HOST": server.host, "PORT": str(server.port),
         "OPTIONS": {"application_name": "pytest"},
     })
     default.setdefault("TEST", {})["NAME"] = None

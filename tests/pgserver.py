@@ -33,7 +33,10 @@ from psycopg.rows import RowMaker
 from tests.procs import ROOT, Proc, migrate_and_create_login, spawn, wait_until
 
 SCRIPT = ROOT / "platform" / "postgres"
-SUPERUSER = "platform"
+# The cluster's superuser (creates databases) and the application's role (owns them, no
+# superuser: platform/postgres).
+ADMIN = "platform_admin"
+APP_USER = "platform"
 
 
 def free_port_on(host: str) -> int:
@@ -49,8 +52,10 @@ class PostgresServer:
                  password: str | None = None) -> None:
         self.host = host
         self.port = port or free_port_on(host)
-        self.user = SUPERUSER
+        self.user = APP_USER
         self.password = password or secrets.token_urlsafe(16)
+        self.admin_user = ADMIN
+        self.admin_password = secrets.token_urlsafe(16)
         self.log_dir = log_dir
         # Reachable by the server's user: a private parent the server may only traverse.
         self.root = Path(tempfile.mkdtemp(prefix="platform-pg-"))
@@ -58,7 +63,8 @@ class PostgresServer:
         self.dir = self.root / "cluster"
         self.proc: Proc | None = None
         self.starts = 0
-        self._script("init", str(self.dir), POSTGRES_PASSWORD=self.password)
+        self._script("init", str(self.dir), POSTGRES_PASSWORD=self.password,
+                     POSTGRES_ADMIN_PASSWORD=self.admin_password)
 
     def _script(self, *args: str, **env: str) -> None:
         result = subprocess.run([str(SCRIPT), *args], env={**os.environ, **env},
@@ -67,12 +73,18 @@ class PostgresServer:
             raise RuntimeError(f"platform/postgres {args[0]} failed:\n{result.stderr[-3000:]}")
 
     def url(self, dbname: str = "postgres") -> str:
+        """The application's URL (its own role, not the superuser)."""
         return (f"postgres://{self.user}:{quote(self.password, safe='')}@{self.host}:"
                 f"{self.port}/{dbname}")
 
-    def connect(self, dbname: str = "postgres", **kwargs: Any) -> psycopg.Connection[Any]:
-        return psycopg.connect(host=self.host, port=self.port, user=self.user,
-                               password=self.password, dbname=dbname, connect_timeout=5,
+    def connect(self, dbname: str = "postgres", *, admin: bool = True,
+                **kwargs: Any) -> psycopg.Connection[Any]:
+        """A connection as the superuser (tests set up and inspect), or as the application's
+        role with ``admin=False``."""
+        user, password = ((self.admin_user, self.admin_password) if admin
+                          else (self.user, self.password))
+        return psycopg.connect(host=self.host, port=self.port, user=user,
+                               password=password, dbname=dbname, connect_timeout=5,
                                **kwargs)
 
     def start(self) -> PostgresServer:
@@ -118,12 +130,13 @@ class PostgresServer:
 
     # --- databases -----------------------------------------------------------------------
     def create_database(self, name: str, *, template: str | None = None) -> str:
-        """Create ``name`` (a copy of ``template`` when given) and return its URL."""
-        ident = sql.Identifier(name)
-        query = sql.SQL("CREATE DATABASE {}").format(ident)
+        """Create ``name`` (a copy of ``template`` when given), owned by the application's
+        role as platform/postgres creates it, and return its URL."""
+        ident, owner = sql.Identifier(name), sql.Identifier(self.user)
+        query = sql.SQL("CREATE DATABASE {} OWNER {}").format(ident, owner)
         if template:
-            query = sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                ident, sql.Identifier(template))
+            query = sql.SQL("CREATE DATABASE {} OWNER {} TEMPLATE {}").format(
+                ident, owner, sql.Identifier(template))
         with self.connect(autocommit=True) as conn:
             conn.execute(query)
         return self.url(name)

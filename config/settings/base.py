@@ -84,8 +84,9 @@ PLATFORM_HOST_NAME = env_str("PLATFORM_HOST_NAME", socket.gethostname())
 # The same name for the beat's lock token (scheduler/lease.py), read from Celery's config.
 CELERY_PLATFORM_HOST_NAME = PLATFORM_HOST_NAME
 # On: refuse to start unless Redis is reached by rediss:// and PostgreSQL with
-# sslmode=verify-full (both verifying the private CA). Off by default: one box talks over
-# loopback, where TLS adds cost and nothing else.
+# sslmode=verify-full or verify-ca (both verifying the private CA). Off by default here: one
+# box talks over loopback, where TLS adds cost and nothing else. Production turns it on by
+# default on a host without the data role (config/settings/production.py).
 PLATFORM_REQUIRE_TLS = env_bool("PLATFORM_REQUIRE_TLS", False)
 
 # --- database -------------------------------------------------------------------------------
@@ -336,11 +337,11 @@ if FLOWER_VIEWER_IDLE_S <= 0:
     raise ImproperlyConfigured(
         f"FLOWER_VIEWER_IDLE_S must be positive, got {FLOWER_VIEWER_IDLE_S}")
 
-def data_addresses_check(target: RedisTarget) -> None:
-    """Refuse addresses a host without the data role cannot use (config/hosts.py)."""
-    hosts.redis_check(target, roles=PLATFORM_ROLES, require_tls=PLATFORM_REQUIRE_TLS)
-    hosts.database_check(DATABASES["default"], roles=PLATFORM_ROLES,
-                         require_tls=PLATFORM_REQUIRE_TLS)
+def data_addresses_check(target: RedisTarget, *, require_tls: bool) -> None:
+    """Refuse addresses a host without the data role cannot use, and plain text when
+    ``require_tls`` (each settings module's PLATFORM_REQUIRE_TLS; config/hosts.py)."""
+    hosts.redis_check(target, roles=PLATFORM_ROLES, require_tls=require_tls)
+    hosts.database_check(DATABASES["default"], roles=PLATFORM_ROLES, require_tls=require_tls)
 
 
 # --- durable tasks: the one place each timing is read (defaults and reasons: policy.py) ------

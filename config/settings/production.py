@@ -11,10 +11,16 @@ from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_int, env_list, env_str, required
+from config.env import env_bool, env_int, env_list, env_str, required
 
 from .base import *  # noqa: F403
-from .base import REDIS_SENTINELS, celery_settings, data_addresses_check, redis_settings
+from .base import (
+    PLATFORM_ROLES,
+    REDIS_SENTINELS,
+    celery_settings,
+    data_addresses_check,
+    redis_settings,
+)
 
 # Django's own deploy check wants 50 characters with some variety; the installer generates
 # 64 (platform/install). Shorter keys, or the development default, are refused.
@@ -24,6 +30,11 @@ MIN_REDIS_PASSWORD_LENGTH = 16
 # One year: browsers remember to use HTTPS only. Not preloaded and not for subdomains: the
 # box serves one name inside a customer's network, whose other names are not ours to pin.
 HSTS_SECONDS = 365 * 24 * 3600
+# A host without the data role reaches Redis and PostgreSQL over the network, where plain text
+# would carry every task, session and password: TLS is required there unless the operator
+# turns it off (PLATFORM_REQUIRE_TLS=false). A one-box install (data role here) talks over
+# loopback and keeps plain text (adr/0026).
+REQUIRE_TLS_WITHOUT_DATA_ROLE = "data" not in PLATFORM_ROLES
 
 
 def _strong_secret_key(value: str) -> str:
@@ -69,7 +80,8 @@ else:
     REDIS_URL = _redis_url_with_password(required("REDIS_URL"))
 REDIS = redis_settings(REDIS_URL)
 globals().update(celery_settings(REDIS))
-data_addresses_check(REDIS)
+PLATFORM_REQUIRE_TLS = env_bool("PLATFORM_REQUIRE_TLS", REQUIRE_TLS_WITHOUT_DATA_ROLE)
+data_addresses_check(REDIS, require_tls=PLATFORM_REQUIRE_TLS)
 
 SESSION_COOKIE_SECURE = True
 CSRF_COOKIE_SECURE = True

@@ -11,6 +11,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests.database.test_up_postgres import app_role_is_confined
 from tests.pgserver import PostgresServer
 
 
@@ -67,3 +68,16 @@ def test_template_copies_are_independent_and_speak_qmark(server: PostgresServer)
     assert (row[0], row["s"], row.keys()) == (2, "100%", ["n", "s"])
     with server.db("tpl") as db:
         assert db.execute("SELECT n FROM t").fetchone()["n"] == 1
+
+
+def test_the_application_role_is_no_superuser_and_owns_its_database(
+        server: PostgresServer) -> None:
+    url = server.create_database("app")
+    assert app_role_is_confined(url)
+    # The superuser (tests and platform/postgres only) could; the application cannot.
+    with server.connect(autocommit=True) as conn:
+        assert conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user"
+                            ).fetchone() == (True,)
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        with psycopg.connect(url, connect_timeout=5, autocommit=True) as conn:
+            conn.execute("CREATE ROLE intruder SUPERUSER")

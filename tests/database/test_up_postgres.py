@@ -22,6 +22,20 @@ from tests.procs import BIN, ROOT, free_port, wait_until
 pytestmark = pytest.mark.processes
 
 
+def app_role_is_confined(url: str) -> bool:
+    """True when ``url``'s role is no superuser, cannot create roles or databases, owns its
+    database, and ``COPY ... PROGRAM`` is refused to it."""
+    with psycopg.connect(url, connect_timeout=10, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT rolsuper, rolcreaterole, rolcreatedb, "
+            "pg_get_userbyid(d.datdba) = current_user FROM pg_roles r, pg_database d "
+            "WHERE r.rolname = current_user AND d.datname = current_database()").fetchone()
+        assert row == (False, False, False, True), row
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("COPY (SELECT 1) TO PROGRAM 'true'")
+    return True
+
+
 def test_platform_up_on_postgres_runs_its_own_cluster_and_stops_it(tmp_path, measure):
     # The var directory where the server's user can reach it (pytest's tmp_path is 0700).
     var = Path(tempfile.mkdtemp(prefix="platform-up-pg-"))
@@ -52,6 +66,9 @@ def test_platform_up_on_postgres_runs_its_own_cluster_and_stops_it(tmp_path, mea
                     "SELECT DISTINCT application_name FROM pg_stat_activity "
                     "WHERE datname = 'platform' AND pid <> pg_backend_pid()").fetchall()}
 
+        # The application's role is no superuser: SQL it runs cannot reach this host's shell.
+        assert oct((var / "postgres.admin-password").stat().st_mode & 0o777) == "0o600"
+        assert app_role_is_confined(platform_env.split("DATABASE_URL=")[1].split()[0])
         # manage.py finds the database through var/platform.env, as a bare shell would.
         status = subprocess.run([str(BIN / "python"), "manage.py", "status"], cwd=ROOT,
                                 env=env, capture_output=True, text=True, timeout=90)
@@ -77,3 +94,19 @@ def test_platform_up_on_postgres_runs_its_own_cluster_and_stops_it(tmp_path, mea
         subprocess.run([str(ROOT / "platform/postgres"), "stop", str(var / "postgres")],
                        capture_output=True, timeout=60)
         shutil.rmtree(var, ignore_errors=True)
+
+
+def test_a_cluster_made_with_the_application_as_superuser_is_refused(tmp_path):
+    """A var/postgres from before ADR 28 (no admin password beside it) is not started: its
+    application role is the bootstrap superuser, which PostgreSQL cannot demote."""
+    (tmp_path / "postgres/data").mkdir(parents=True)
+    (tmp_path / "postgres/data/PG_VERSION").write_text("15\n")
+    (tmp_path / "postgres.password").write_text("old-password\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "POSTGRES_"))}
+    env.update({"PLATFORM_VAR_DIR": str(tmp_path), "PLATFORM_DATABASE": "postgres",
+                "PLATFORM_ROLES": "web,workers,beat,flower,data"})
+    result = subprocess.run(["bash", "-c", ". platform/lib.sh; ensure_postgres"], cwd=ROOT,
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "created with the application's role as its superuser" in result.stderr
+    assert not (tmp_path / "postgres.admin-password").exists()

@@ -60,6 +60,48 @@ def test_production_refuses_weak_or_missing_settings(tmp_path, overrides, messag
     assert message in result.stderr
 
 
+# An app host (no data role) as the README sets one up: the data host's addresses.
+APP_HOST = {"PLATFORM_ROLES": "web,workers,beat,flower",
+            "DATABASE_URL": "postgres://platform:pw@10.0.0.2:5433/platform"}
+VERIFIED_PG = "?sslmode=verify-full&sslrootcert=/etc/platform/ca.pem"
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    # Plain text between hosts is refused by default on a host without the data role.
+    ({"REDIS_URL": "redis://:{pw}@10.0.0.2:6390/0"},
+     "PLATFORM_REQUIRE_TLS is on but Redis is reached without TLS"),
+    ({"REDIS_URL": "rediss://:{pw}@10.0.0.2:6390/0"},
+     "PLATFORM_REQUIRE_TLS is on but DATABASE_URL lacks"),
+    # Encrypted but unverified (anyone answering on the address) is not enough either.
+    ({"REDIS_URL": "rediss://:{pw}@10.0.0.2:6390/0",
+      "DATABASE_URL": APP_HOST["DATABASE_URL"] + "?sslmode=require"},
+     "PLATFORM_REQUIRE_TLS is on but DATABASE_URL lacks"),
+    # Verified TLS both ways passes; so does verify-ca, and an operator's explicit "false".
+    ({"REDIS_URL": "rediss://:{pw}@10.0.0.2:6390/0",
+      "DATABASE_URL": APP_HOST["DATABASE_URL"] + VERIFIED_PG}, None),
+    ({"REDIS_URL": "rediss://:{pw}@10.0.0.2:6390/0",
+      "DATABASE_URL": APP_HOST["DATABASE_URL"] + "?sslmode=verify-ca&sslrootcert=/ca.pem"}, None),
+    ({"REDIS_URL": "redis://:{pw}@10.0.0.2:6390/0", "PLATFORM_REQUIRE_TLS": "false"}, None),
+])
+def test_production_requires_tls_on_a_host_without_the_data_role(tmp_path, overrides,
+                                                                    message):
+    password = secrets.token_urlsafe(24)
+    env = production_env(tmp_path, **{**APP_HOST, "REDIS_TLS_CA_FILE": str(tmp_path / "ca.pem"),
+                                      **{k: v.format(pw=password) for k, v in overrides.items()}})
+    result = check_deploy(env)
+    if message is None:
+        assert result.returncode == 0, result.stderr
+    else:
+        assert result.returncode != 0 and message in result.stderr, result.stderr
+
+
+def test_a_one_box_production_install_keeps_loopback_plain_text(tmp_path):
+    """All roles (the default): Redis and the database on loopback without TLS, as before."""
+    env = production_env(tmp_path)
+    assert "PLATFORM_ROLES" not in env and env["REDIS_URL"].startswith("redis://")
+    assert check_deploy(env).returncode == 0
+
+
 def written(proc: psutil.Process) -> int:
     """Bytes the web server's processes passed to write() (files, pipes and sockets alike)."""
     tree = [proc, *proc.children(recursive=True)]
