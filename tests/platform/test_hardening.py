@@ -86,6 +86,7 @@ VERIFIED_PG = "?sslmode=verify-full&sslrootcert=/etc/platform/ca.pem"
 def test_production_requires_tls_on_a_host_without_the_data_role(tmp_path, overrides,
                                                                     message):
     password = secrets.token_urlsafe(24)
+    (tmp_path / "ca.pem").write_text("-----BEGIN CERTIFICATE-----\n")  # must exist (settings)
     env = production_env(tmp_path, **{**APP_HOST, "REDIS_TLS_CA_FILE": str(tmp_path / "ca.pem"),
                                       **{k: v.format(pw=password) for k, v in overrides.items()}})
     result = check_deploy(env)
