@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from tests.hosts.cluster import DataHost, free_port_on, make_certs
-from tests.platform.test_up import stop_leftovers
+from tests.platform.up_script import stop_leftovers
 from tests.procs import BIN, ROOT, free_port, wait_until
 
 pytestmark = [pytest.mark.processes, pytest.mark.past_one_box]
