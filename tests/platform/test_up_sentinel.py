@@ -26,7 +26,7 @@ def test_platform_up_with_sentinel_fails_over_when_the_primary_is_killed(tmp_pat
                  SENTINEL_PORTS=" ".join(map(str, sentinel_ports)),
                  SENTINEL_DOWN_AFTER_MS="2000", SENTINEL_FAILOVER_TIMEOUT_MS="10000",
                  DOCUMENTS_PROCESSING_SECONDS="0.1")
-    with platform_up(tmp_path, env) as (_up, output):
+    with platform_up(tmp_path, env) as (up, output):
         text = output()
         states = program_states(text, REDIS_PROGRAMS + ["web", "worker:worker1"])
         assert set(states.values()) == {"RUNNING"}, states
@@ -64,7 +64,19 @@ def test_platform_up_with_sentinel_fails_over_when_the_primary_is_killed(tmp_pat
         resumed_s = time.monotonic() - killed_at
         assert program_states(supervisorctl(env, "status"), REDIS_PROGRAMS[1:]) == {
             name: "RUNNING" for name in REDIS_PROGRAMS[1:]}
-        measure(promoted_s=round(promoted_s, 1), second_done_s=round(resumed_s, 1))
+        up.send_signal(signal.SIGTERM)
+        assert up.wait(timeout=120) == 0
+
+    # Started again, the group keeps the promoted node as primary (the sentinels recorded it):
+    # the old primary comes back as its replica, and nothing written since the failover goes.
+    with platform_up(tmp_path, env, log_name="up-again.log"):
+        assert sentinel.discover_master("platform")[1] == replica_port
+        wait_until(lambda: len(sentinel.discover_slaves("platform")) == 1, timeout=30,
+                   what="the old primary back as a replica")
+        client = Client.login(f"http://127.0.0.1:{env['WEB_PORT']}", "dev",
+                              secrets["DEV_USER_PASSWORD"])
+        wait_done(client, client.submit("after the restart"))
+    measure(promoted_s=round(promoted_s, 1), second_done_s=round(resumed_s, 1))
 
 
 def submitted(client: Client, text: str) -> int | None:
