@@ -4,14 +4,17 @@ every process reaching Redis through the sentinels; the platform survives losing
 from __future__ import annotations
 
 import os
+import re
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
 from redis.sentinel import Sentinel
 
 from tests.platform.up_script import platform_up, program_states, supervisorctl, up_env
-from tests.procs import Client, free_port, wait_until
+from tests.procs import ROOT, Client, free_port, wait_until
 
 pytestmark = [pytest.mark.processes, pytest.mark.past_one_box]
 REDIS_PROGRAMS = ["redis", "redis-replica", "sentinel:sentinel1", "sentinel:sentinel2",
@@ -42,6 +45,17 @@ def test_platform_up_with_sentinel_fails_over_when_the_primary_is_killed(tmp_pat
         assert sentinel.discover_master("platform")[1] == int(env["REDIS_PORT"])
         wait_until(lambda: len(sentinel.discover_slaves("platform")) == 1, timeout=30,
                    what="the sentinels know the replica")
+
+        # `manage.py status` from a shell with none of the platform's variables but var/'s
+        # place reaches the group through var/platform.env.
+        bare = {k: v for k, v in os.environ.items()
+                if not k.startswith(("PYTEST_", "DJANGO_", "REDIS_", "TEST_"))}
+        status = subprocess.run([sys.executable, "manage.py", "status"], cwd=ROOT, timeout=90,
+                                env={**bare, "PLATFORM_VAR_DIR": env["PLATFORM_VAR_DIR"]},
+                                capture_output=True, text=True)
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert re.search(r"^  url\s+sentinel platform@127\.0\.0\.1:", status.stdout, re.MULTILINE)
+        assert "alive: 2" in status.stdout
 
         client = Client.login(f"http://127.0.0.1:{env['WEB_PORT']}", "dev",
                               secrets["DEV_USER_PASSWORD"])
