@@ -206,6 +206,24 @@ def async_subscriber(target: RedisTarget) -> aioredis.Redis:
     return sentinel.master_for(target.master)
 
 
+def async_client(target: RedisTarget, *, timeout: float = COMMAND_TIMEOUT_S) -> aioredis.Redis:
+    """A short-lived asyncio client of the current primary, asking every sentinel: Flower's
+    Broker tab builds one per view from the broker URL's first address only
+    (apps/ops/flower_gate.py). Close it with ``async_close``."""
+    kwargs: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout,
+                              "retry": AsyncRetry(NoBackoff(), 0)}
+    if not target.sentinel:
+        tls = _tls_kwargs(target)
+        tls.pop("ssl", None)
+        return aioredis.Redis.from_url(target.url, **kwargs, **tls)
+    sentinel = AsyncSentinel(list(target.sentinels),
+                             sentinel_kwargs=_sentinel_kwargs(target, timeout=timeout,
+                                                              asynchronous=True),
+                             password=target.password or None, db=target.db,
+                             **kwargs, **_tls_kwargs(target))
+    return sentinel.master_for(target.master)
+
+
 async def async_close(client: aioredis.Redis) -> None:
     """Close ``client`` and, under Sentinel, its connections to the sentinels (the hub makes
     a new subscriber at every reconnect; without this each one would leave three sockets)."""

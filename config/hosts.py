@@ -1,8 +1,9 @@
 """Which part of the platform a host runs, and the checks that keep a host's addresses honest.
 
-A host runs some of the roles (``PLATFORM_ROLES``): ``web``, ``workers``, ``beat``, ``flower``
-and ``data`` (Redis and PostgreSQL). A host without ``data`` reaches them by address; these
-checks refuse, at start-up, the addresses that can only be a mistake on such a host (adr/0026).
+A host runs some of the roles (``PLATFORM_ROLES``): ``web``, ``workers``, ``beat``, ``flower``,
+``data`` (Redis and PostgreSQL) and ``sentinel`` (a Redis Sentinel on a host without ``data``).
+A host without ``data`` reaches them by address; these checks refuse, at start-up, the
+addresses that can only be a mistake on such a host (adr/0026).
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
-ROLES = ("web", "workers", "beat", "flower", "data")
+ROLES = ("web", "workers", "beat", "flower", "data", "sentinel")
+# One box runs everything but a sentinel: a lone sentinel could never reach the quorum of two.
+# The third sentinel of a Sentinel group is asked for by name on one app host (adr/0025).
+DEFAULT_ROLES = ("web", "workers", "beat", "flower", "data")
 # Host names that always mean "this machine", whatever the resolver says.
 DEFAULT_LOOPBACK = (ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1"))
 # libpq's modes that check the server's certificate; require/prefer encrypt but would talk to

@@ -112,17 +112,21 @@ ENV
 # PLATFORM_ROLES (default: all) decides which programs start here; START_<ROLE> feeds
 # supervisord's autostart= (platform/supervisord.conf). Settings validate the names again.
 ALL_ROLES="web workers beat flower data"
+# `sentinel`: the third sentinel of a production Sentinel group, on an app host
+# (platform-sentinel.service); not in the default. Development's group (PLATFORM_REDIS=sentinel)
+# runs all three sentinels with `data`.
+KNOWN_ROLES="$ALL_ROLES sentinel"
 export_roles() {
   export PLATFORM_ROLES="${PLATFORM_ROLES:-${ALL_ROLES// /,}}"
   local role
   for role in ${PLATFORM_ROLES//,/ }; do
-    case " $ALL_ROLES " in
+    case " $KNOWN_ROLES " in
       *" $role "*) ;;
-      *) echo "platform: PLATFORM_ROLES names unknown role '$role' (choose from $ALL_ROLES)" >&2
+      *) echo "platform: PLATFORM_ROLES names unknown role '$role' (choose from $KNOWN_ROLES)" >&2
          exit 1 ;;
     esac
   done
-  for role in $ALL_ROLES; do
+  for role in $KNOWN_ROLES; do
     if has_role "$role"; then
       export "START_${role^^}=true"
     else

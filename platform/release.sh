@@ -349,6 +349,7 @@ ensure_tls() {
 
 write_redis_conf_for() {
   local tmp
+  redis_replica_check
   tmp="$(mktemp)"
   cat > "$tmp" <<CONF
 # Written by platform/install: the release's platform/redis.conf plus this box's values.
@@ -358,8 +359,79 @@ dir $DATA_DIR/redis
 requirepass $REDIS_PASSWORD
 bind ${REDIS_BIND:-127.0.0.1}
 $(redis_tls_lines)
+$(redis_replica_lines)
 CONF
   install_if_changed "$tmp" "$1" 640 root "$PLATFORM_USER"
+  rm -f "$tmp"
+}
+
+# Under Sentinel (REDIS_SENTINELS set, or REDIS_REPLICA_OF): every node authenticates to its
+# primary with the data password (a demoted primary too), and the second data host starts as
+# a replica of REDIS_REPLICA_OF ("<primary address> <port>"). After that the sentinels decide
+# who follows whom; they tell each node at run time.
+redis_replica_lines() {
+  [ -n "${REDIS_SENTINELS:-}${REDIS_REPLICA_OF:-}" ] || return 0
+  echo "masterauth $REDIS_PASSWORD"
+  # The address the sentinels and clients reach it on: without it the primary reports the
+  # replica by the source address of its connection, which on a host with several addresses
+  # (or behind NAT) is not the one it listens on.
+  local bind="${REDIS_BIND:-127.0.0.1}"
+  echo "replica-announce-ip ${bind%% *}"
+  [ -z "${REDIS_REPLICA_OF:-}" ] || echo "replicaof $REDIS_REPLICA_OF"
+}
+
+# Checked before the file is written (an exit inside the $(...) above would not stop it).
+redis_replica_check() {
+  [ -n "${REDIS_REPLICA_OF:-}" ] || return 0
+  if ! [[ "$REDIS_REPLICA_OF" =~ ^[^[:space:]]+\ [0-9]+$ ]]; then
+    echo "platform: REDIS_REPLICA_OF must be '<primary address> <port>', got '$REDIS_REPLICA_OF'" >&2
+    exit 1
+  fi
+}
+
+# Does this host run a sentinel? The `sentinel` role (the third, app host), or `data` under
+# Sentinel: two data hosts and one app host make the three (adr/0025).
+runs_sentinel() {
+  local roles="${PLATFORM_ROLES:-web,workers,beat,flower,data}"
+  roles_include "$roles" sentinel && return 0
+  roles_include "$roles" data && [ -n "${REDIS_SENTINELS:-}${REDIS_REPLICA_OF:-}" ]
+}
+
+# The sentinel's file, from the release's platform/sentinel.conf, written once: Sentinel owns
+# it afterwards (it records the current primary, the replicas, the other sentinels), so an
+# upgrade must not put back the first primary. SENTINEL_PORT (default 26379) and SENTINEL_BIND
+# (default REDIS_BIND) say where it listens; the first primary is REDIS_REPLICA_OF on a replica,
+# REDIS_SENTINEL_PRIMARY ("<address> <port>") on an app host, else this data host's own Redis.
+write_sentinel_conf_for() {
+  local file="$1" dir primary tmp
+  runs_sentinel || return 0
+  [ ! -f "$file" ] || return 0
+  dir="$(dirname "$file")"
+  : "${REDIS_SENTINEL_PASSWORD:?platform: a sentinel needs REDIS_SENTINEL_PASSWORD}"
+  : "${REDIS_PASSWORD:?platform: a sentinel needs REDIS_PASSWORD (the data password)}"
+  primary="${REDIS_REPLICA_OF:-${REDIS_SENTINEL_PRIMARY:-}}"
+  if [ -z "$primary" ]; then
+    if ! roles_include "${PLATFORM_ROLES:-data}" data; then
+      echo "platform: a sentinel without the data role needs REDIS_SENTINEL_PRIMARY" \
+        "('<primary address> <port>')" >&2
+      exit 1
+    fi
+    local bind="${REDIS_BIND:-127.0.0.1}"
+    primary="${bind%% *} ${REDIS_PORT:-6390}"
+  fi
+  install -d -m 750 -o "$PLATFORM_USER" -g "$PLATFORM_USER" "$dir"
+  tmp="$(mktemp)"
+  SENTINEL_PORT="${SENTINEL_PORT:-26379}" SENTINEL_BIND="${SENTINEL_BIND:-${REDIS_BIND:-127.0.0.1}}" \
+    SENTINEL_DIR="$dir" SENTINEL_PASSWORD="$REDIS_SENTINEL_PASSWORD" \
+    MASTER_NAME="${REDIS_SENTINEL_MASTER:-platform}" PRIMARY_HOST="${primary% *}" \
+    PRIMARY_PORT="${primary##* }" DOWN_AFTER_MS=5000 FAILOVER_TIMEOUT_MS=60000 \
+    "$SYSTEM_PYTHON" -c 'import os, string, sys
+sys.stdout.write(string.Template(open(sys.argv[1]).read()).substitute(os.environ))' \
+    "$PLATFORM_ROOT/platform/sentinel.conf" > "$tmp"
+  # The address the other sentinels reach this one on (the same reason as replica-announce-ip).
+  local sentinel_bind="${SENTINEL_BIND:-${REDIS_BIND:-127.0.0.1}}"
+  echo "sentinel announce-ip ${sentinel_bind%% *}" >> "$tmp"
+  install -m 600 -o "$PLATFORM_USER" -g "$PLATFORM_USER" "$tmp" "$file"
   rm -f "$tmp"
 }
 
@@ -375,6 +447,7 @@ role_units() {
   roles_include "$roles" workers && units+=(platform-worker@1.service platform-worker@2.service)
   roles_include "$roles" beat && units+=(platform-beat@1.service platform-beat@2.service)
   roles_include "$roles" flower && units+=(platform-flower.service)
+  runs_sentinel && units+=(platform-sentinel.service)
   echo "${units[*]}"
 }
 

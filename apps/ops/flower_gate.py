@@ -13,6 +13,13 @@ installed by ``install`` below and nowhere else:
   window; on the first tick after the window lapses it broadcasts ``disable_events`` once (and
   once at start, for events a previous Flower left on).
 
+A third hook, under Sentinel only (``install_broker_client``): Flower's Broker tab (and its
+queue-length API) builds its Redis client from ``conn.as_uri()``, which keeps only the first
+``sentinel://`` address of the broker URL, so with that one sentinel down the queue view
+failed. The hook gives it the platform's own client of the current primary
+(``celery_conf.connections.async_client``), which asks every sentinel, and closes that
+client's sentinel connections after each read.
+
 tests/ops/test_flower_gate.py fails if the pinned Flower's internals these rely on change.
 """
 
@@ -25,8 +32,11 @@ from typing import Any
 
 import flower
 from flower.events import Events
+from flower.utils.broker import RedisSentinel
 from flower.views import BaseHandler
 from kombu.exceptions import OperationalError
+
+from celery_conf.connections import RedisTarget, async_client, async_close
 
 logger = logging.getLogger(__name__)
 
@@ -103,3 +113,24 @@ def install(gate: ViewerGate) -> None:
     # Events.__init__ binds self.on_enable_events into its PeriodicCallback: patched before
     # Flower builds its Events, every tick of Flower's own timer goes through the gate.
     Events.on_enable_events = on_enable_events
+
+
+def install_broker_client(target: RedisTarget) -> None:
+    """Under Sentinel, Flower's Broker reads queue lengths through every sentinel of
+    ``target`` instead of the broker URL's first one. A single Redis needs nothing."""
+    if not target.sentinel:
+        return
+    read_queues = RedisSentinel.queues
+
+    def _get_redis_client(broker: RedisSentinel, broker_options: dict[str, Any],
+                          broker_use_ssl: Any) -> Any:
+        return async_client(target, timeout=broker.socket_timeout)
+
+    async def queues(broker: RedisSentinel, names: Any) -> list[dict[str, Any]]:
+        try:
+            return await read_queues(broker, names)
+        finally:
+            await async_close(broker.redis)  # and its sockets to the sentinels
+
+    RedisSentinel._get_redis_client = _get_redis_client
+    RedisSentinel.queues = queues

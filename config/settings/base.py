@@ -76,7 +76,7 @@ TEMPLATES = [
 # --- hosts: what this host runs and how it reaches the data host (config/hosts.py, adr/0026)
 # The roles this host runs: platform/up starts, and platform/install enables, only their
 # processes. Default all: one box runs everything, as before.
-PLATFORM_ROLES = hosts.roles_parse(env_str("PLATFORM_ROLES", ",".join(hosts.ROLES)))
+PLATFORM_ROLES = hosts.roles_parse(env_str("PLATFORM_ROLES", ",".join(hosts.DEFAULT_ROLES)))
 # This host's name in worker node names (worker1@<name>), heartbeats and beat_status. Every
 # host needs its own: two hosts cloned with one hostname would share worker names, and the
 # reconciler would read one host's process ids as the other's.

@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from tests.hosts.cluster import DataHost, free_port_on, make_certs
-from tests.platform.test_up import stop_leftovers
+from tests.platform.up_script import stop_leftovers
 from tests.procs import BIN, ROOT, free_port, wait_until
 
 pytestmark = [pytest.mark.processes, pytest.mark.past_one_box]
@@ -67,6 +67,7 @@ def test_platform_up_starts_only_the_roles_of_its_host(tmp_path, measure):
 
 
 def role_units(roles: str) -> list[str]:
+    """The units of ``roles``; a space then VAR=value assignments (``"data REDIS_X=1"``)."""
     script = ('. platform/lib.sh; . platform/release.sh; release_layout ""; '
               f'PLATFORM_ROLES={roles} role_units')
     result = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True,

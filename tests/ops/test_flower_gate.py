@@ -8,22 +8,27 @@ a Flower killed while viewed has them switched off by its restart.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import signal
 import subprocess
 import sys
 
 import pytest
+import redis
 import requests
 from flower import command as flower_command
 from flower import events as flower_events
 from flower import views as flower_views
 from flower.api import tasks as flower_api_tasks
+from flower.utils.broker import Broker, RedisSentinel
 from tornado import web
 
 from apps.ops import flower_gate
+from celery_conf import connections
 from tests.documents.test_task_states import EventLog
 from tests.procs import ROOT, Proc, free_port, spawn, wait_until
+from tests.sentinel import MASTER_NAME, SentinelGroup
 
 AUTH = ("viewer", "viewer-password-1")
 IDLE_S = 3  # the test's idle window, through the setting
@@ -65,6 +70,10 @@ def test_the_pinned_flower_internals_the_hooks_rely_on():
     assert "Flower(capp=app" in inspect.getsource(flower_command.flower.callback)
     # Flower reads FLOWER_* variables as its own options: the gate's setting must not be one.
     assert not flower_command.is_flower_envvar("FLOWER_VIEWER_IDLE_S")
+    # The Broker tab's Sentinel client: built by _get_redis_client from one address, the
+    # queue lengths read (and the client closed) by the inherited queues().
+    assert "[(self.host, self.port)]" in inspect.getsource(RedisSentinel._get_redis_client)
+    assert "self.redis.aclose()" in inspect.getsource(RedisSentinel.queues)
 
 
 def test_a_bad_port_is_refused_before_flower_starts():
@@ -158,3 +167,39 @@ def test_events_flow_only_while_someone_views_flower(make_stack, measure):
         measure(flower_gate_idle_s=IDLE_S)
     finally:
         events.close()
+
+
+@pytest.mark.processes
+@pytest.mark.past_one_box
+def test_flower_reads_queue_lengths_through_any_sentinel(tmp_path, monkeypatch, measure):
+    # Restored after the test: install_broker_client replaces these two for the process.
+    for name in ("_get_redis_client", "queues"):
+        monkeypatch.setattr(RedisSentinel, name, getattr(RedisSentinel, name))
+    group = SentinelGroup(tmp_path).start()
+    try:
+        target = connections.redis_target(
+            url="", sentinels=[f"127.0.0.1:{s.port}" for s in group.sentinels],
+            master=MASTER_NAME, password=group.password,
+            sentinel_password=group.sentinel_password, db=0, tls=False, ca_file="")
+        # What Flower is given: the broker URL as kombu's as_uri() leaves it (the first
+        # sentinel only) and the app's transport options.
+        uri = connections.broker_url(target).split(";")[0]
+        options = connections.broker_connection_options(target)["transport_options"]
+        group.client().rpush("documents", "a", "b", "c")
+        group.sentinels[0].proc.signal(signal.SIGKILL)
+        group.sentinels[0].proc.wait_exit(timeout=10)
+
+        def lengths() -> list[dict] | str:
+            try:
+                broker = Broker(uri, broker_options=options, broker_use_ssl=None)
+                return asyncio.run(broker.queues(["documents"]))
+            except redis.RedisError as exc:
+                return type(exc).__name__
+
+        plain = lengths()
+        assert plain == "MasterNotFoundError"  # Flower 2.2.0 as shipped
+        flower_gate.install_broker_client(target)
+        assert lengths() == [{"name": "documents", "messages": 3}]
+        measure(first_sentinel_down_plain=plain, first_sentinel_down_hooked="3 messages")
+    finally:
+        group.stop()

@@ -110,7 +110,7 @@ def test_install_lays_out_user_release_secrets_and_units(box, measure):
 def test_units_verify_clean_and_match_the_queues(box):
     root, _, _ = box
     units = sorted((root / "etc/systemd/system").glob("platform*"))
-    assert len(units) == 7
+    assert len(units) == 8
     result = subprocess.run(["systemd-analyze", "verify", *map(str, units)],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and result.stdout + result.stderr == "", result.stderr

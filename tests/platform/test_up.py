@@ -12,6 +12,7 @@ import psutil
 import pytest
 import requests
 
+from tests.platform.up_script import stop_leftovers
 from tests.procs import BIN, ROOT, free_port, wait_until
 
 pytestmark = pytest.mark.processes
@@ -80,23 +81,6 @@ def test_platform_up_starts_everything_reports_twice_and_stops_on_ctrl_c(tmp_pat
         measure(processes_started=len(children), processes_left=len(alive))
     finally:
         stop_leftovers(up, tmp_path / "var" / "supervisord.pid")
-
-
-def stop_leftovers(up: subprocess.Popen, pidfile) -> None:
-    """After a failure: stop the script, its supervisord (own session) and every child."""
-    if up.poll() is None:
-        os.killpg(up.pid, signal.SIGKILL)
-    if not pidfile.exists():
-        return
-    try:
-        supervisor = psutil.Process(int(pidfile.read_text()))
-    except (psutil.NoSuchProcess, ValueError):
-        return
-    tree = [supervisor, *supervisor.children(recursive=True)]
-    supervisor.terminate()
-    _, alive = psutil.wait_procs(tree, timeout=30)
-    for proc in alive:
-        proc.kill()
 
 
 def printed_command(output: str, label: str) -> str:

@@ -7,7 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from apps.ops.flower_gate import ViewerGate, install
+from apps.ops.flower_gate import ViewerGate, install, install_broker_client
 from celery_conf import app
 
 
@@ -25,5 +25,6 @@ class Command(BaseCommand):
         if not 0 < port < 65536:
             raise CommandError(f"--port must be 1-65535, got {port}")
         install(ViewerGate(idle_seconds=settings.FLOWER_VIEWER_IDLE_S))
+        install_broker_client(settings.REDIS)
         # Flower's own command from here on: options from FLOWER_* variables, SIGTERM handling.
         app.start(["flower", f"--address={address}", f"--port={port}"])
