@@ -187,34 +187,13 @@ class _BlockingSentinelPool(AsyncSentinelPool, aioredis.BlockingConnectionPool):
     """Sentinel's primary discovery with the blocking pool's bound on connections."""
 
 
-def async_subscriber(target: RedisTarget) -> aioredis.Redis:
-    """The hub's pub/sub client: no transparent reconnect (a silent resubscribe would hide
-    the events missed meanwhile; the hub resyncs its streams instead), no command timeout
-    (a subscription waits for messages; the hub PINGs it)."""
-    kwargs: dict[str, Any] = {"decode_responses": True, "retry": AsyncRetry(NoBackoff(), 0),
-                              "socket_connect_timeout": CONNECT_TIMEOUT_S,
-                              "socket_keepalive": True}
+def _async_primary(target: RedisTarget, *, timeout: float,
+                   **kwargs: Any) -> aioredis.Redis:
+    """An asyncio client of ``target``'s primary: the URL's server, or whichever server the
+    sentinels name at each connect (asked with ``timeout`` at most)."""
     if not target.sentinel:
         tls = _tls_kwargs(target)
-        tls.pop("ssl", None)
-        return aioredis.Redis.from_url(target.url, **kwargs, **tls)
-    sentinel = AsyncSentinel(list(target.sentinels),
-                             sentinel_kwargs=_sentinel_kwargs(target, timeout=CONNECT_TIMEOUT_S,
-                                                              asynchronous=True),
-                             password=target.password or None, db=target.db,
-                             **kwargs, **_tls_kwargs(target))
-    return sentinel.master_for(target.master)
-
-
-def async_client(target: RedisTarget, *, timeout: float = COMMAND_TIMEOUT_S) -> aioredis.Redis:
-    """A short-lived asyncio client of the current primary, asking every sentinel: Flower's
-    Broker tab builds one per view from the broker URL's first address only
-    (apps/ops/flower_gate.py). Close it with ``async_close``."""
-    kwargs: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout,
-                              "retry": AsyncRetry(NoBackoff(), 0)}
-    if not target.sentinel:
-        tls = _tls_kwargs(target)
-        tls.pop("ssl", None)
+        tls.pop("ssl", None)  # the scheme says it
         return aioredis.Redis.from_url(target.url, **kwargs, **tls)
     sentinel = AsyncSentinel(list(target.sentinels),
                              sentinel_kwargs=_sentinel_kwargs(target, timeout=timeout,
@@ -222,6 +201,23 @@ def async_client(target: RedisTarget, *, timeout: float = COMMAND_TIMEOUT_S) -> 
                              password=target.password or None, db=target.db,
                              **kwargs, **_tls_kwargs(target))
     return sentinel.master_for(target.master)
+
+
+def async_subscriber(target: RedisTarget) -> aioredis.Redis:
+    """The hub's pub/sub client: no transparent reconnect (a silent resubscribe would hide
+    the events missed meanwhile; the hub resyncs its streams instead), no command timeout
+    (a subscription waits for messages; the hub PINGs it)."""
+    return _async_primary(target, timeout=CONNECT_TIMEOUT_S, decode_responses=True,
+                          retry=AsyncRetry(NoBackoff(), 0),
+                          socket_connect_timeout=CONNECT_TIMEOUT_S, socket_keepalive=True)
+
+
+def async_client(target: RedisTarget, *, timeout: float = COMMAND_TIMEOUT_S) -> aioredis.Redis:
+    """A short-lived asyncio client of the current primary, asking every sentinel: Flower's
+    Broker tab builds one per view from the broker URL's first address only
+    (apps/ops/flower_gate.py). Close it with ``async_close``."""
+    return _async_primary(target, timeout=timeout, socket_timeout=timeout,
+                          socket_connect_timeout=timeout, retry=AsyncRetry(NoBackoff(), 0))
 
 
 async def async_close(client: aioredis.Redis) -> None:
