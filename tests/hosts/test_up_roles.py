@@ -12,8 +12,8 @@ import pytest
 import redis
 
 from tests.hosts.cluster import DataHost, free_port_on, make_certs
-from tests.platform.up_script import stop_leftovers
-from tests.procs import BIN, ROOT, free_port, wait_until
+from tests.platform.up_script import platform_up, up_env
+from tests.procs import BIN, ROOT, wait_until
 
 pytestmark = [pytest.mark.processes, pytest.mark.past_one_box]
 PROGRAMS = {"redis": "data", "web": "web", "worker:worker1": "workers",
@@ -23,46 +23,36 @@ PROGRAMS = {"redis": "data", "web": "web", "worker:worker1": "workers",
 
 def test_platform_up_starts_only_the_roles_of_its_host(tmp_path, measure):
     data = DataHost(tmp_path / "data", migrate=False)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "DJANGO_"))}
-    env.update({"PLATFORM_VAR_DIR": str(tmp_path / "var"), "VENV": str(BIN.parent),
-                "REDIS_PORT": str(free_port()), "WEB_PORT": str(free_port()),
-                "FLOWER_PORT": str(free_port()), "PLATFORM_ROLES": "workers,beat",
-                "PLATFORM_HOST_NAME": "hostU", "REDIS_URL": data.redis.url,
-                "DATABASE_URL": data.database_url})
-    # Without the data host's addresses it refuses before starting anything.
-    refused = subprocess.run(["bash", "platform/up"], cwd=ROOT, capture_output=True,
-                             text=True, timeout=120,
-                             env={k: v for k, v in env.items() if k != "REDIS_URL"})
-    assert refused.returncode == 1 and "has no 'data'" in refused.stderr, refused.stderr
-    assert not (tmp_path / "var" / "supervisord.pid").exists()
-
-    log = open(tmp_path / "up.log", "w")
-    up = subprocess.Popen(["bash", "platform/up"], cwd=ROOT, env=env, stdout=log,
-                          stderr=subprocess.STDOUT, start_new_session=True)
-    output = lambda: (tmp_path / "up.log").read_text()  # noqa: E731
+    env = up_env(tmp_path, PLATFORM_ROLES="workers,beat", PLATFORM_HOST_NAME="hostU",
+                 REDIS_URL=data.redis.url, DATABASE_URL=data.database_url)
     try:
-        wait_until(lambda: "running; press Ctrl-C to stop" in output(), timeout=180,
-                   what="platform/up reports this host's roles running")
-        text = output()
-        states = {name: re.search(rf"^{re.escape(name)}\s+(\w+)", text, re.MULTILINE)
-                  for name in PROGRAMS}
-        states = {name: m.group(1) if m else "absent" for name, m in states.items()}
-        expected = {name: "RUNNING" if role in ("workers", "beat") else "STOPPED"
-                    for name, role in PROGRAMS.items()}
-        assert states == expected
-        assert not (tmp_path / "var" / "redis.conf").exists()  # no Redis of its own
-        # Its workers joined the data host's Redis under this host's name.
-        client = data.redis.client()
-        assert {k for k in client.scan_iter("platform:worker:*")} == {
-            "platform:worker:worker1@hostU", "platform:worker:worker2@hostU"}
-        wait_until(lambda: client.get("platform:beat::lock"), timeout=60,
-                   what="one of its beats leads")
-        os.killpg(up.pid, signal.SIGTERM)
-        assert up.wait(timeout=120) == 0
+        # Without the data host's addresses it refuses before starting anything.
+        refused = subprocess.run(["bash", "platform/up"], cwd=ROOT, capture_output=True,
+                                 text=True, timeout=120,
+                                 env={k: v for k, v in env.items() if k != "REDIS_URL"})
+        assert refused.returncode == 1 and "has no 'data'" in refused.stderr, refused.stderr
+        assert not (tmp_path / "var" / "supervisord.pid").exists()
+
+        with platform_up(tmp_path, env) as (up, output):
+            text = output()
+            states = {name: re.search(rf"^{re.escape(name)}\s+(\w+)", text, re.MULTILINE)
+                      for name in PROGRAMS}
+            states = {name: m.group(1) if m else "absent" for name, m in states.items()}
+            expected = {name: "RUNNING" if role in ("workers", "beat") else "STOPPED"
+                        for name, role in PROGRAMS.items()}
+            assert states == expected
+            assert not (tmp_path / "var" / "redis.conf").exists()  # no Redis of its own
+            # Its workers joined the data host's Redis under this host's name.
+            client = data.redis.client()
+            assert {k for k in client.scan_iter("platform:worker:*")} == {
+                "platform:worker:worker1@hostU", "platform:worker:worker2@hostU"}
+            wait_until(lambda: client.get("platform:beat::lock"), timeout=60,
+                       what="one of its beats leads")
+            os.killpg(up.pid, signal.SIGTERM)
+            assert up.wait(timeout=120) == 0
         measure(running=sum(s == "RUNNING" for s in states.values()),
                 stopped=sum(s == "STOPPED" for s in states.values()))
     finally:
-        stop_leftovers(up, tmp_path / "var" / "supervisord.pid")
         data.stop()
 
 
@@ -92,19 +82,10 @@ def test_platform_up_on_a_data_host_serves_redis_over_tls_on_its_address_only(tm
                                                                              measure):
     certs = make_certs(tmp_path / "certs", name="data", addresses=["127.0.0.2"])
     port = free_port_on("127.0.0.2")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "DJANGO_"))}
-    env.update({"PLATFORM_VAR_DIR": str(tmp_path / "var"), "VENV": str(BIN.parent),
-                "REDIS_PORT": str(port), "PLATFORM_ROLES": "data",
-                "REDIS_BIND": "127.0.0.2", "REDIS_TLS_CERT": str(certs / "data.pem"),
-                "REDIS_TLS_KEY": str(certs / "data.key"),
-                "REDIS_TLS_CA_FILE": str(certs / "ca.pem")})
-    log = open(tmp_path / "up.log", "w")
-    up = subprocess.Popen(["bash", "platform/up"], cwd=ROOT, env=env, stdout=log,
-                          stderr=subprocess.STDOUT, start_new_session=True)
-    output = lambda: (tmp_path / "up.log").read_text()  # noqa: E731
-    try:
-        wait_until(lambda: "running; press Ctrl-C to stop" in output(), timeout=120,
-                   what="platform/up reports the data host running")
+    env = up_env(tmp_path, REDIS_PORT=str(port), PLATFORM_ROLES="data",
+                 REDIS_BIND="127.0.0.2", REDIS_TLS_CERT=str(certs / "data.pem"),
+                 REDIS_TLS_KEY=str(certs / "data.key"), REDIS_TLS_CA_FILE=str(certs / "ca.pem"))
+    with platform_up(tmp_path, env, timeout=120) as (up, output):
         assert re.search(r"^redis\s+RUNNING", output(), re.MULTILINE)
         assert re.search(r"^web\s+STOPPED", output(), re.MULTILINE)
         password = dict(line.split("=", 1) for line in
@@ -129,9 +110,7 @@ def test_platform_up_on_a_data_host_serves_redis_over_tls_on_its_address_only(tm
         assert f"REDIS_URL=rediss://:{password}@127.0.0.2:{port}/0" in env_file
         os.killpg(up.pid, signal.SIGTERM)
         assert up.wait(timeout=120) == 0
-        measure(refused=len(outcomes))
-    finally:
-        stop_leftovers(up, tmp_path / "var" / "supervisord.pid")
+    measure(refused=len(outcomes))
 
 
 def test_install_of_a_host_without_data_refuses_before_writing_without_the_shared_values(
