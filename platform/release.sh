@@ -100,8 +100,8 @@ secret() { "$SYSTEM_PYTHON" -c "import secrets; print(secrets.token_urlsafe($1))
 # the shared secret key, the database, Redis by URL or by Sentinel, and the server's major
 # version for the PostgreSQL client. The rest of that file (its roles, binds, Flower's
 # password) belongs to the data host and is ignored.
-JOIN_KEYS=" DJANGO_SECRET_KEY DATABASE_URL REDIS_URL REDIS_SENTINELS REDIS_SENTINEL_MASTER
-  REDIS_PASSWORD REDIS_SENTINEL_PASSWORD REDIS_TLS REDIS_TLS_CA_FILE POSTGRES_MAJOR "
+JOIN_KEYS=(DJANGO_SECRET_KEY DATABASE_URL REDIS_URL REDIS_SENTINELS REDIS_SENTINEL_MASTER
+  REDIS_PASSWORD REDIS_SENTINEL_PASSWORD REDIS_TLS REDIS_TLS_CA_FILE POSTGRES_MAJOR)
 
 # Read the join file as data (NAME=value lines, comments, blank lines), never as a script:
 # nothing in it runs, and no value is printed. A value already in the environment wins (e.g.
@@ -127,7 +127,7 @@ join_file_read() {
       exit 1
     fi
     key="${BASH_REMATCH[1]}"
-    case "$JOIN_KEYS" in *" $key "*) ;; *) continue ;; esac
+    case " ${JOIN_KEYS[*]} " in *" $key "*) ;; *) continue ;; esac
     [ -n "${!key:-}" ] || export "$key=${BASH_REMATCH[2]}"
   done < "$file"
 }

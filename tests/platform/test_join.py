@@ -36,6 +36,7 @@ FLOWER_BASIC_AUTH=admin:data-host-only
 SENTINEL_ENV = f"""DJANGO_SECRET_KEY={SECRET_KEY}
 DATABASE_URL={DATABASE_URL}
 REDIS_SENTINELS=10.0.0.2:26379,10.0.0.3:26379,10.0.0.4:26379
+REDIS_SENTINEL_MASTER=site-redis
 REDIS_PASSWORD={REDIS_PASSWORD}
 REDIS_SENTINEL_PASSWORD={SENTINEL_PASSWORD}
 REDIS_TLS=true
@@ -94,6 +95,7 @@ def test_join_by_sentinel_writes_the_sentinel_settings(tmp_path):
     assert written["REDIS_PASSWORD"] == REDIS_PASSWORD
     assert written["REDIS_SENTINEL_PASSWORD"] == SENTINEL_PASSWORD
     assert written["REDIS_TLS"] == "true"
+    assert written["REDIS_SENTINEL_MASTER"] == "site-redis"
     assert not any(value in output for value in SECRETS)
 
 
