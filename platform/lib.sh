@@ -46,20 +46,54 @@ ensure_system_packages() {
 # rest (errors included). pip's own exit status still decides (pipefail).
 quiet_pip() { grep -v "is ignored: it is neither a file nor a directory" || true; }
 
-# The virtual environment, reinstalled only when requirements.txt changes.
+# The locks (adr/0029): platform/lock writes them from requirements.txt, whose sha256 each
+# one records on its second line. The oldest Python they are resolved for:
+LOCK_PYTHON=3.11
+requirements_sha256() { sha256sum "$PLATFORM_ROOT/requirements.txt" | cut -d' ' -f1; }
+# Runtime dependencies only: a requirements file's pins down to its "# tests" section.
+runtime_requirements_of() { sed '/^# tests/,$d' "$1"; }
+
+# A lock made from another requirements.txt than this one is refused, not half-installed.
+lock_check() {
+  local lock="$1" recorded
+  recorded="$(sed -n '2s/^# requirements.txt sha256 //p' "$lock" 2>/dev/null || true)"
+  if [ "$recorded" != "$(requirements_sha256)" ]; then
+    echo "platform: $lock was not made from this requirements.txt; run bash platform/lock" \
+      "after editing requirements.txt, and commit the locks with it (adr/0029)" >&2
+    exit 1
+  fi
+}
+
+# Install LOCK into the virtual environment PYTHON, every file checked against its hash and
+# nothing outside the lock pulled in.
+pip_install_locked() {
+  local python="$1" lock="$2"
+  "$python" -m pip install -q --no-cache-dir --require-hashes --no-deps -r "$lock" 2>&1 | quiet_pip
+}
+
+# The development and test virtual environment, exactly requirements.lock: built again from
+# nothing whenever the lock changes, so a package dropped from the lock leaves the venv too.
 ensure_venv() {
-  if [ ! -x "$VENV/bin/python" ]; then
+  local lock="$PLATFORM_ROOT/requirements.lock" stamp="$VENV/.lock.sha256" want
+  lock_check "$lock"
+  want="$(sha256sum "$lock" | cut -d' ' -f1)"
+  if [ -x "$VENV/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    return 0
+  fi
+  if [ -e "$VENV" ]; then
+    if [ ! -f "$VENV/pyvenv.cfg" ]; then
+      echo "platform: VENV=$VENV exists but is no virtual environment; not touching it" >&2
+      exit 1
+    fi
+    say "requirements.lock changed: rebuilding the virtual environment in $VENV"
+    rm -rf "$VENV"
+  else
     say "creating virtual environment in $VENV"
-    python3 -m venv "$VENV"
   fi
-  local stamp="$VENV/.requirements.sha256" want
-  want="$(sha256sum "$PLATFORM_ROOT/requirements.txt" | cut -d' ' -f1)"
-  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-    say "installing pinned Python dependencies"
-    "$VENV/bin/python" -m pip install -q --upgrade pip 2>&1 | quiet_pip
-    "$VENV/bin/python" -m pip install -q -r "$PLATFORM_ROOT/requirements.txt" 2>&1 | quiet_pip
-    echo "$want" > "$stamp"
-  fi
+  python3 -m venv "$VENV"
+  say "installing the locked Python dependencies (hashes checked)"
+  pip_install_locked "$VENV/bin/python" "$lock"
+  echo "$want" > "$stamp"
 }
 
 random_secret() { "$VENV/bin/python" -c 'import secrets; print(secrets.token_urlsafe(24))'; }

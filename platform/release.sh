@@ -34,8 +34,6 @@ release_tar() {
     --exclude=./loadtests/results -cf - .
 }
 
-# Runtime dependencies only: requirements.txt's pins down to its "# tests" section.
-runtime_requirements() { sed '/^# tests/,$d' "$PLATFORM_ROOT/requirements.txt"; }
 
 # Build releases/<version> with its own virtual environment; a directory without the
 # .complete marker is a build that was interrupted and is built again.
@@ -45,6 +43,7 @@ release_build() {
     say "release $version already built"
     return
   fi
+  lock_check "$PLATFORM_ROOT/requirements-runtime.lock"
   say "building release $version in $dir"
   rm -rf "$dir"
   install -d -m 755 "$dir"
@@ -55,15 +54,16 @@ release_build() {
     venv_clone "$(cd "$APP_DIR/current" && pwd -P)/venv" "$dir/venv"
   else
     "$SYSTEM_PYTHON" -m venv "$dir/venv"
-    "$dir/venv/bin/python" -m pip install -q --no-cache-dir -r <(runtime_requirements) 2>&1 | quiet_pip
+    pip_install_locked "$dir/venv/bin/python" "$dir/requirements-runtime.lock"
   fi
   chmod -R go-w "$dir"
   echo "$version" > "$dir/.complete"
 }
 
 same_pins_as_current() {
-  [ -f "$APP_DIR/current/.complete" ] \
-    && cmp -s <(runtime_requirements) <(sed '/^# tests/,$d' "$APP_DIR/current/requirements.txt")
+  [ -f "$APP_DIR/current/.complete" ] && [ -f "$APP_DIR/current/requirements-runtime.lock" ] \
+    && cmp -s "$PLATFORM_ROOT/requirements-runtime.lock" \
+      "$APP_DIR/current/requirements-runtime.lock"
 }
 
 # Same pins as the running release: copy its packages instead of installing them again (an
