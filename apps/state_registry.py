@@ -19,6 +19,9 @@ REGISTRY: list[Classified] = [
     Classified("celery_conf/connections.py", "redis_client", C.NONE,
                "one redis-py connection pool per process: a resource, not data; "
                "redis-py resets it after fork"),
+    Classified("celery_conf/heartbeat.py", "_in_pool_process", C.NONE,
+               "whether this process is a worker's pool child, set once as it starts: a fact "
+               "about the process itself, true in each pool process by nature"),
     Classified("apps/ops/status.py", "SECTIONS", C.NONE, CONSTANT),
     Classified("apps/ops/management/commands/audit_state.py", "RENDER", C.NONE, CONSTANT),
     Classified("apps/state_registry.py", "REGISTRY", C.NONE, CONSTANT),

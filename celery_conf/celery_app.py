@@ -11,7 +11,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.development")
 app = Celery("platform")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 
-from .inflight import InflightLease  # noqa: E402  (needs no Django, but reads app config)
+from .heartbeat import WorkerHeartbeat  # noqa: E402  (needs no Django, but reads app config)
 
-app.steps["consumer"].add(InflightLease)
+app.steps["consumer"].add(WorkerHeartbeat)
 app.autodiscover_tasks()

@@ -1,4 +1,4 @@
-"""Is a given worker process still alive? Read from the heartbeat keys of celery_conf/inflight.
+"""Is a given worker process still alive? Read from the heartbeat keys of celery_conf/heartbeat.
 
 A worker restarted under the same name writes a new pid, so a record that names the old pid
 is seen as dead even while the name is alive again. A record may also name the pool process
@@ -14,7 +14,7 @@ from typing import Any
 import redis
 
 from .connections import redis_client
-from .inflight import HEARTBEAT_KEY_PREFIX
+from .heartbeat import HEARTBEAT_KEY_PREFIX
 
 
 def worker_heartbeats(client: redis.Redis) -> dict[str, dict[str, Any]]:
@@ -59,6 +59,17 @@ def process_alive(beat: dict[str, Any] | None, *, pid: int, child_pid: int | Non
     if child_pid in children:
         return True
     return since is not None and float(beat["at"]) <= since
+
+
+def run_alive(beat: dict[str, Any] | None, *, worker_pid: int | None, pool_pid: int,
+              since: float) -> bool:
+    """Is a run started at ``since`` by pool process ``pool_pid`` of the worker whose last
+    heartbeat is ``beat`` still going? ``worker_pid`` None (a run recorded before main pids
+    were) trusts the heartbeat's own."""
+    if beat is None:
+        return False
+    return process_alive(beat, pid=int(beat["pid"]) if worker_pid is None else worker_pid,
+                         child_pid=pool_pid, since=since)
 
 
 def worker_alive(hostname: str, pid: int, child_pid: int | None = None,

@@ -14,40 +14,64 @@ from kombu import Queue as KombuQueue
 from .names import Queue, task_routes
 
 # Every timing below is written once, here, and reaches kombu (broker_transport_options), the
-# lease renewal and the worker heartbeat (celery_conf/inflight.py, through the app's config:
-# ``platform_lease_renew_interval``, ``platform_heartbeat_ttl``) from these defaults or from
-# the arguments config/settings/base.py passes. platform/supervisord.conf's worker stop timeout
-# must exceed the hard time limit; tests/celery_conf/test_policy.py checks it.
+# worker heartbeat (celery_conf/heartbeat.py, through the app's config:
+# ``platform_heartbeat_interval``, ``platform_heartbeat_ttl``) and the recovery of documents
+# (apps/documents/recovery.py reads the TTL) from these defaults or from the arguments
+# config/settings/base.py passes. platform/supervisord.conf's worker stop timeout must exceed
+# the hard time limit; tests/celery_conf/test_policy.py checks it.
 
-# A message delivered to a worker that dies is handed to another worker this many seconds
-# after its lease was last renewed (see celery_conf/inflight.py). Celery's default is 3600.
-DEFAULT_VISIBILITY_TIMEOUT = 30
-# How often a live worker renews the lease of every message it holds. Several renewals fit in
-# one visibility timeout, so a worker that is merely slow for a moment keeps its messages.
-DEFAULT_LEASE_RENEW_INTERVAL = 5
-# How often each worker sweeps for expired leases. kombu's default sweep is every 100 s
-# (interval 10 x throttle 10); ours bounds redelivery at timeout + sweep.
+# Redelivery after a worker dies goes through the database, not through kombu's lease
+# (adr/0030): the leading beat re-enqueues a document whose claim holder's heartbeat is gone,
+# within seconds. kombu's visibility timeout is only the backstop for a message whose holder
+# died before any database record, so it is set above anything a *live* worker can hold a
+# message for: the hard time limit plus the longest retry countdown (an ETA message waits in
+# the worker that fetched it), with a margin. A shorter one restores messages that are still
+# running (celery#2481, #3270, #7009). Celery's default is 3600.
+DEFAULT_VISIBILITY_TIMEOUT = 900
+# A task's retry waits at most this long (every task's retry_backoff_max; apps/*/tasks.py).
+MAX_RETRY_COUNTDOWN = 300
+# How often each worker sweeps for messages past the visibility timeout. kombu's default sweep
+# is every 100 s (interval 10 x throttle 10); with the long timeout the sweep is cheap, and a
+# short period keeps the backstop at timeout + 5 s.
 DEFAULT_RESTORE_SWEEP_INTERVAL = 5
+# Messages one sweep restores at most: kombu 5.7's default (None) is every one past the
+# timeout in one pass, under the restore lock. Ten keeps each hold to milliseconds; the next
+# sweep takes the next ten (adr/0012).
+RESTORE_LIMIT = 10
 # Expiry of kombu's ``unacked_mutex``, the lock every worker's sweep takes for 1-12 ms. A worker
 # killed while holding it blocks every sweep until it expires: kombu's default of 300 s turned
-# a 35 s redelivery into 5 minutes. It must stay below the visibility timeout minus one renewal
-# (a lock that outlived a lease would delay that lease's restore past the bound) and far above
-# the longest hold (a sweep restores at most 10 messages). Two sweeps overlapping after an
-# early expiry are harmless: each restore is a WATCHed transaction on the ``unacked`` hash.
+# a 35 s redelivery into 5 minutes. Far above the longest hold; two sweeps overlapping after an
+# early expiry are harmless (each restore is a WATCHed transaction on the ``unacked`` hash).
 DEFAULT_UNACKED_MUTEX_EXPIRE = 5
+# kombu keeps a queue as one Redis list per priority step; the platform sends no priorities,
+# so one step: each queue is exactly the list named after it (Celery's monitoring guide:
+# ``redis-cli llen QUEUE_NAME``). The documented transport options below say so explicitly,
+# and apps/ops and the recovery read them from here (celery_conf/queues.py), never a copy of
+# kombu's defaults.
+PRIORITY_STEPS = (0,)
+UNACKED_KEY = "unacked"
+UNACKED_INDEX_KEY = "unacked_index"
 # Task time limits: the soft one raises inside the task so it can record its failure; the hard
 # one kills the pool process. supervisord waits longer than the hard one on a deploy.
 DEFAULT_SOFT_TIME_LIMIT = 300
 DEFAULT_TIME_LIMIT = 360
-# A worker's heartbeat key outlives this many missed renewals, then vanishes: the worker is gone.
-HEARTBEAT_RENEWALS = 3
+# Every worker writes its heartbeat this often (a thread of its main process, running through
+# warm shutdowns), with a TTL of this many intervals: the worker is dead when the key is gone.
+# Five missed writes in a row before a live worker is taken for dead; a dead one is noticed
+# within the TTL, which is most of the redelivery time after a SIGKILL (adr/0030).
+DEFAULT_HEARTBEAT_INTERVAL = 1.0
+HEARTBEAT_INTERVALS_PER_TTL = 5
+# A cold shutdown (SIGQUIT, or a second SIGTERM) first waits this long for running tasks,
+# then terminates them; their messages go back to the queue at once (kombu restores a
+# closing channel's unacked messages) and their documents are taken over by the next delivery.
+SOFT_SHUTDOWN_TIMEOUT = 10.0
 
 
 def durable_task_settings(
     *,
     broker_url: str,
     visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT,
-    lease_renew_interval: int = DEFAULT_LEASE_RENEW_INTERVAL,
+    heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
     restore_sweep_interval: int = DEFAULT_RESTORE_SWEEP_INTERVAL,
     unacked_mutex_expire: int = DEFAULT_UNACKED_MUTEX_EXPIRE,
     soft_time_limit: int = DEFAULT_SOFT_TIME_LIMIT,
@@ -61,19 +85,20 @@ def durable_task_settings(
     health check): ``celery_conf.connections.broker_connection_options`` derives them.
     Raises ValueError when the timings contradict each other; nothing is half-applied.
     """
-    if min(visibility_timeout, lease_renew_interval, restore_sweep_interval,
+    if min(visibility_timeout, heartbeat_interval, restore_sweep_interval,
            unacked_mutex_expire, soft_time_limit, time_limit) <= 0:
         raise ValueError("every timing of the durable-task policy must be positive")
-    if visibility_timeout <= lease_renew_interval * 2:
-        raise ValueError(
-            f"visibility_timeout ({visibility_timeout} s) must allow at least two lease "
-            f"renewals (lease_renew_interval {lease_renew_interval} s)")
-    if unacked_mutex_expire >= visibility_timeout - lease_renew_interval:
-        raise ValueError(
-            f"unacked_mutex_expire ({unacked_mutex_expire} s) must stay below the visibility "
-            f"timeout minus one renewal ({visibility_timeout - lease_renew_interval} s)")
     if soft_time_limit >= time_limit:
         raise ValueError("soft_time_limit must be below time_limit")
+    if visibility_timeout <= time_limit + MAX_RETRY_COUNTDOWN:
+        raise ValueError(
+            f"visibility_timeout ({visibility_timeout} s) must exceed the hard time limit plus "
+            f"the longest retry countdown ({time_limit} + {MAX_RETRY_COUNTDOWN} s): a shorter "
+            "one redelivers messages that live workers still run")
+    if unacked_mutex_expire >= visibility_timeout:
+        raise ValueError(
+            f"unacked_mutex_expire ({unacked_mutex_expire} s) must stay below the visibility "
+            f"timeout ({visibility_timeout} s)")
     settings: dict[str, Any] = {
         # https://docs.celeryq.dev/en/stable/userguide/configuration.html#broker-url
         "broker_url": broker_url,
@@ -81,13 +106,18 @@ def durable_task_settings(
         "broker_connection_retry_on_startup": True,
         # https://docs.celeryq.dev/en/stable/getting-started/backends-and-brokers/redis.html#visibility-timeout
         "broker_transport_options": {
-            # Bounded redelivery after a worker dies; live workers renew their leases.
+            # The backstop for a message no database record covers (see above).
             "visibility_timeout": visibility_timeout,
-            # Sweep for expired leases every few seconds instead of every 100 s.
+            # Sweep every few seconds instead of every 100 s, ten messages at a time.
             "unacked_restore_interval": restore_sweep_interval,
             "unacked_restore_throttle": 1,
+            "unacked_restore_limit": RESTORE_LIMIT,
             # A worker killed while holding the sweep's lock delays every sweep this long.
             "unacked_mutex_expire": unacked_mutex_expire,
+            # The layout the platform reads (celery_conf/queues.py), stated, not assumed.
+            "priority_steps": PRIORITY_STEPS,
+            "unacked_key": UNACKED_KEY,
+            "unacked_index_key": UNACKED_INDEX_KEY,
             "socket_keepalive": True,
             # Where Redis is and how to reach it (celery_conf/connections.py).
             **(broker_options or {}),
@@ -117,10 +147,13 @@ def durable_task_settings(
         # No task may hold a worker forever; the soft limit lets it record its failure.
         "task_soft_time_limit": soft_time_limit,
         "task_time_limit": time_limit,
-        # Read by celery_conf/inflight.py: the lease renewal period, and the heartbeat's TTL
-        # that follows it (a TTL shorter than the renewal would mark live workers dead).
-        "platform_lease_renew_interval": lease_renew_interval,
-        "platform_heartbeat_ttl": lease_renew_interval * HEARTBEAT_RENEWALS,
+        # A deploy's SIGTERM is a warm shutdown (running tasks finish); a cold one waits this
+        # long first (https://docs.celeryq.dev/en/stable/userguide/workers.html#soft-shutdown).
+        "worker_soft_shutdown_timeout": SOFT_SHUTDOWN_TIMEOUT,
+        # Read by celery_conf/heartbeat.py: how often a worker says it is alive, and how long
+        # the key outlives the last write.
+        "platform_heartbeat_interval": heartbeat_interval,
+        "platform_heartbeat_ttl": heartbeat_interval * HEARTBEAT_INTERVALS_PER_TTL,
         # State lives on the rows the tasks update; no result backend to grow or to lose.
         "task_ignore_result": True,
         # --- routing --------------------------------------------------------------------

@@ -7,12 +7,12 @@ issue 12 (network faults):
 - The lock is taken in ``tick()``, not by RedBeat's ``beat_init`` handler, which blocks in
   ``lock.acquire()`` and dies on the first Redis error; a standby here simply polls once per
   loop interval and rides out a Redis restart.
-- Every write the leader makes (lock renewal, schedule install, last-run update, the push
-  of the task message to its queue) is one of the fence's scripts (scheduler/fence.py):
-  refused by Redis unless the lock holds this beat's token and the call's deadline has not
-  passed. A fire is one script: the message's ``LPUSH`` (built by kombu, scheduler/broker.py)
-  and the entry's last-run update land together or not at all, compare-and-set on the last
-  run, so a retried or late copy of a fire changes nothing.
+- Every write the leader makes (lock renewal, schedule install, the fire of a slot) is one
+  of the fence's scripts (scheduler/fence.py): refused by Redis unless the lock holds this
+  beat's token and the call's deadline has not passed. A fire is one script: the entry's
+  last-run update (compare-and-set on the last run, so a retried or late copy of a fire
+  changes nothing) and an outbox item land together or not at all; the leader then publishes
+  the outbox with Celery's public ``send_task`` (scheduler/outbox.py, adr/0031).
 - Every Redis and broker call has connect and command timeouts and no retry inside a tick
   (scheduler/settings.py), shorter than what is left of the lease.
 - Static entries are written only by the beat that has just won the lock, never in
@@ -20,8 +20,10 @@ issue 12 (network faults):
   schedule).
 - Slots sit on the job's fixed grid (scheduler/jobs.py); a new leader fires every slot that
   fell due since the last fired one, back to ``BACKFILL_WINDOW_S``, so a handover loses no
-  slot. Each message carries ``slot`` and ``fired_by``, and the reports' run record is unique
-  per (job, slot): the database fence behind the lock.
+  slot. Each message carries ``slot`` and ``fired_by`` and a task id derived from the slot,
+  and the reports' run record is unique per (job, slot): the database fence behind the lock.
+- The leader also runs its duties, every loop interval, on a thread (scheduler/duties.py):
+  the documents' recovery.
 """
 
 from __future__ import annotations
@@ -29,30 +31,26 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import redis
-from celery.beat import ScheduleEntry, Scheduler
 from celery.schedules import schedstate
 from kombu.exceptions import KombuError
 from kombu.utils.objects import cached_property
 from redbeat.decoder import RedBeatJSONEncoder, to_timestamp
-from redbeat.schedulers import (
-    REDBEAT_REDIS_KEY,
-    RedBeatScheduler,
-    RedBeatSchedulerEntry,
-    ensure_conf,
-    get_redis,
-)
+from redbeat.schedulers import RedBeatScheduler, RedBeatSchedulerEntry
 
-from celery_conf.connections import RedisTarget, beat_client, connection_settings
+from celery_conf.connections import RedisTarget, beat_client
+from celery_conf.queues import QUEUED_AT_HEADER
 
-from .broker import fenced_transport
+from .duties import LeaderDuties
 from .fence import Command, Condition, FenceRefused, recorded
 from .jobs import PeriodicJob
 from .lease import Lease, beat_identity
+from .outbox import OUTBOX_KEY, OutboxItem, slot_task_id
 from .settings import BACKFILL_WINDOW_S, REDIS_SOCKET_TIMEOUT, broker_transport_options
 from .tables import JOBS
 
@@ -64,10 +62,6 @@ POLL_AT_EXPIRY_S = 0.02
 
 class LeaseLost(Exception):
     """The lock is gone or unrenewable past its deadline: this beat must stop scheduling."""
-
-
-class ImproperlyFenced(Exception):
-    """The queues and the lock are in different Redis servers: no script can fence a push."""
 
 
 # RedBeat asks "is this key configured?" by exact name, so under Django's CELERY_ namespace it
@@ -103,14 +97,6 @@ class FencedEntry(RedBeatSchedulerEntry):
         entry.last_run_at = decoded["last_run_at"]
         entry.raw_meta = meta or ""
         return entry
-
-    @classmethod
-    def from_key(cls, key: str, app: Any = None) -> FencedEntry:
-        ensure_conf(app)
-        definition, meta = get_redis(app).hmget(key, "definition", "meta")
-        if not definition:
-            raise KeyError(key)
-        return cls.from_data(app, definition, meta)
 
     @property
     def job(self) -> PeriodicJob | None:
@@ -160,6 +146,7 @@ class FireBatch:
     commands: list[Command] = field(default_factory=list)
     conditions: list[Condition] = field(default_factory=list)
     journal: list[tuple[str, str]] = field(default_factory=list)  # ("fired", "<job>|<slot>")
+    items: list[OutboxItem] = field(default_factory=list)
 
 
 class FencedRedBeatScheduler(RedBeatScheduler):
@@ -168,24 +155,14 @@ class FencedRedBeatScheduler(RedBeatScheduler):
     def __init__(self, app: Any, **kwargs: Any) -> None:
         _expose_redbeat_settings(app)
         target: RedisTarget | None = app.conf.get("platform_redis")
-        self.sentinel = target is not None and target.sentinel
-        if target is not None:
-            derived = connection_settings(target)
-            if (app.conf.broker_url != derived["broker_url"]
-                    or app.conf.get("redbeat_redis_url") != derived["redbeat_redis_url"]):
-                raise ImproperlyFenced(
-                    "broker_url and redbeat_redis_url must both come from settings.REDIS: the "
-                    "fence checks the lock and pushes the message in one script")
-            # RedBeat's get_redis() returns a client already set on the app. Ours keeps the
-            # bounded, never-retried calls of adr/0017 under Sentinel too (RedBeat's own
-            # Sentinel branch drops the connect timeout and the retry policy, and builds a
-            # new pool on every call); each new connection asks the sentinels for the primary.
-            setattr(app, REDBEAT_REDIS_KEY, beat_client(target))
+        if target is None:  # a bare Celery app: the lock's Redis is RedBeat's URL
+            target = RedisTarget(url=app.conf.get("redbeat_redis_url") or app.conf.broker_url)
         super().__init__(app, **kwargs)
-        if target is None and app.conf.broker_url != app.redbeat_conf.redis_url:
-            raise ImproperlyFenced(
-                "the beat's lock (redbeat_redis_url) and the queues (broker_url) must be in "
-                "one Redis: the fence checks the lock and pushes the message in one script")
+        # The beat's own client of the lock's Redis, used for every schedule and lock call:
+        # bounded, never-retried calls (adr/0017), under Sentinel too (RedBeat's own
+        # Sentinel branch drops the connect timeout and the retry policy); each new
+        # connection asks the sentinels for the primary.
+        self.client = beat_client(target)
         # With lock_key None, RedBeat's beat_init handler returns at once and RedBeat's own
         # tick() would not touch the lock: this class owns the election.
         self.election_key: str = self.lock_key
@@ -193,13 +170,16 @@ class FencedRedBeatScheduler(RedBeatScheduler):
         self.identity = beat_identity(app.conf.get("platform_host_name"))
         self._lease: Lease | None = None
         self._installed = False
+        self.duties = LeaderDuties(app.conf.get("platform_leader_duties") or (),
+                                   interval=float(self.max_interval),
+                                   leading=lambda: self._lease is not None and self._lease.valid())
 
     # --- the election ----------------------------------------------------------------
     @property
     def lease(self) -> Lease:
         if self._lease is None:
             self._lease = Lease(
-                get_redis(self.app), key=self.election_key, timeout=float(self.lock_timeout),
+                self.client, key=self.election_key, timeout=float(self.lock_timeout),
                 identity=self.identity, call_timeout=REDIS_SOCKET_TIMEOUT,
             )
         return self._lease
@@ -232,6 +212,7 @@ class FencedRedBeatScheduler(RedBeatScheduler):
             return False
         logger.info("beat: elected leader %s (lock %s, %.1f s, renewed every %.1f s)",
                     lease.token, self.election_key, lease.timeout, self.max_interval)
+        self.duties.start()
         return self._install_once()
 
     def _next_poll(self) -> float:
@@ -271,7 +252,7 @@ class FencedRedBeatScheduler(RedBeatScheduler):
         """RedBeat's setup_schedule as one fenced write: entries (keeping each one's last
         run), the statics set, and removal of entries no longer configured."""
         conf = self.app.redbeat_conf
-        client = get_redis(self.app)
+        client = self.client
         configured = conf.schedule
         removed = set(client.smembers(conf.statics_key)) - set(configured)
         now = to_timestamp(self.app.now())
@@ -283,7 +264,7 @@ class FencedRedBeatScheduler(RedBeatScheduler):
                 pipe.delete(key)
                 pipe.srem(conf.statics_key, name)
             for name, options in configured.items():
-                entry = self._maybe_entry(name, options)
+                entry = self.Entry(**dict(options, name=name, app=self.app))
                 definition = {
                     "name": entry.name, "task": entry.task, "args": entry.args,
                     "kwargs": entry.kwargs, "options": entry.options,
@@ -306,7 +287,7 @@ class FencedRedBeatScheduler(RedBeatScheduler):
     def schedule(self) -> dict[str, FencedEntry]:
         """Entries due by the next tick, read in two round trips."""
         conf = self.app.redbeat_conf
-        client = get_redis(self.app)
+        client = self.client
         keys = client.zrangebyscore(conf.schedule_key, 0,
                                     to_timestamp(self.app.now()) + self.max_interval)
         if not keys:
@@ -332,10 +313,6 @@ class FencedRedBeatScheduler(RedBeatScheduler):
                 logger.warning("beat: %s", exc)
         return entries
 
-    @cached_property
-    def _maybe_due_kwargs(self) -> dict[str, Any]:
-        return {}  # the producer is reached through self.producer, only when firing
-
     def tick(self, min: Any = min, **kwargs: Any) -> float:
         if not self._lead():
             return self._next_poll()
@@ -350,6 +327,7 @@ class FencedRedBeatScheduler(RedBeatScheduler):
                 if next_time_to_run:
                     remaining.append(next_time_to_run)
             self._fire(batch)
+            self._publish_outbox()
         except CALL_ERRORS as exc:
             logger.warning("beat: cannot read the schedule or fire (%s); trying again", exc)
         self._ensure_lease()
@@ -371,9 +349,11 @@ class FencedRedBeatScheduler(RedBeatScheduler):
     # --- publishing ------------------------------------------------------------------
     @cached_property
     def connection(self) -> Any:
-        # kombu's Redis transport with bounded calls, whose publishes only collect commands.
-        return self.app.connection_for_write(transport=fenced_transport(sentinel=self.sentinel),
-                                             transport_options=broker_transport_options())
+        # The broker, with the beat's bounded calls on top of its own transport options
+        # (Sentinel's among them): connect and command timeouts, no retry inside a tick.
+        options = {**(self.app.conf.broker_transport_options or {}),
+                   **broker_transport_options()}
+        return self.app.connection_for_write(transport_options=options)
 
     @cached_property
     def producer(self) -> Any:
@@ -395,33 +375,27 @@ class FencedRedBeatScheduler(RedBeatScheduler):
         batch = FireBatch()
         self._collect(entry, batch)
         self._fire(batch)
+        self._publish_outbox()
         return None
 
     def _collect(self, entry: FencedEntry, batch: FireBatch) -> None:
-        """Add the entry's due slots to the batch: each slot's message push (built by kombu),
-        then the entry's last run, on condition that it is still the one read this tick."""
+        """Add the entry's due slots to the batch: an outbox item per slot, then the entry's
+        last run, on condition that it is still the one read this tick."""
         job = JOBS.get(entry.name)
         if job is None:
             logger.error("beat: %s is in no schedule table; not publishing it", entry.name)
             return
         token = self.lease.token
         slots = entry.due_slots(entry.default_now())
-        channel = self.producer.channel
+        now = time.time()
         for slot in slots:
-            # A plain copy to publish from: the task, its arguments plus the slot and the
-            # token, one attempt and no queue declarations (the workers declare them). The
-            # publish only builds the message's commands; the fence runs them.
-            fired = ScheduleEntry(
-                name=entry.name, task=entry.task, args=entry.args, schedule=entry.schedule,
-                kwargs={**(entry.kwargs or {}), "slot": slot.isoformat(), "fired_by": token},
-                options={**(entry.options or {}), "retry": False, "declare": []},
-                app=self.app,
-            )
-            with channel.collecting() as outbox:
-                Scheduler.apply_async(self, fired, producer=self.producer, advance=False)
-            if not outbox:
-                raise KombuError(f"{job.name}: kombu routed the message to no queue")
-            batch.commands.extend(outbox)
+            item = OutboxItem(
+                job=job.name, task_name=entry.task, slot=slot.isoformat(), fired_by=token,
+                task_id=slot_task_id(job.name, slot.isoformat()), fired_at=now,
+                expires_s=job.expires, args=list(entry.args or []),
+                kwargs={**(entry.kwargs or {}), "slot": slot.isoformat(), "fired_by": token})
+            batch.items.append(item)
+            batch.commands.append(("RPUSH", OUTBOX_KEY, item.dumps()))
             batch.journal.append(("fired", f"{job.name}|{slot.isoformat()}"))
         meta = json.dumps({"last_run_at": slots[-1],
                            "total_run_count": entry.total_run_count + len(slots)},
@@ -451,13 +425,51 @@ class FencedRedBeatScheduler(RedBeatScheduler):
             # the next tick's retry harmless either way.
             logger.warning("beat: no answer while firing %d slot(s); the next tick re-reads "
                            "the schedule", len(batch.journal))
-            self._drop_broker_connection()
             raise
-        for _, fired in batch.journal:
-            job, slot = fired.split("|")
-            logger.info("beat: fired %s slot=%s by=%s", job, slot, self.lease.token)
+        for item in batch.items:
+            logger.info("beat: fired %s slot=%s by=%s", item.job, item.slot, item.fired_by)
+
+    def _publish_outbox(self) -> None:
+        """Publish every decided fire in the outbox (this leader's and any a predecessor
+        left), each with Celery's send_task, then remove it. A publish that fails leaves the
+        item for the next tick."""
+        raw_items = self.client.lrange(OUTBOX_KEY, 0, -1)
+        for raw in raw_items:
+            self._ensure_lease()
+            try:
+                item = OutboxItem.loads(raw)
+            except (ValueError, TypeError) as exc:
+                logger.error("beat: dropping an unreadable outbox item (%s): %r", exc, raw[:200])
+                self.client.lrem(OUTBOX_KEY, 1, raw)
+                continue
+            if time.time() - item.fired_at > BACKFILL_WINDOW_S:
+                # Decided longer ago than any handover takes: as for a slot no beat fired,
+                # the job's missed-slot policy covers it (a catch-up job's next run does).
+                logger.warning("beat: dropping %s slot=%s, decided %.0f s ago by %s and never "
+                               "published", item.job, item.slot, time.time() - item.fired_at,
+                               item.fired_by)
+                self.client.lrem(OUTBOX_KEY, 1, raw)
+                continue
+            # A message may wait this long in the queue from when it is published (the
+            # successor of a leader that died before publishing gives it the same time).
+            expires = datetime.fromtimestamp(time.time() + item.expires_s, tz=UTC)
+            try:
+                self.app.send_task(
+                    item.task_name, args=item.args, kwargs=item.kwargs, task_id=item.task_id,
+                    expires=expires, producer=self.producer, retry=False,
+                    headers={QUEUED_AT_HEADER: time.time()})
+            except CALL_ERRORS:
+                logger.warning("beat: could not publish %s slot=%s; kept in the outbox for "
+                               "the next tick", item.job, item.slot)
+                self._drop_broker_connection()
+                raise
+            self.client.lrem(OUTBOX_KEY, 1, raw)
+            if item.fired_by != self.lease.token:
+                logger.info("beat: published %s slot=%s fired by %s (a previous leader)",
+                            item.job, item.slot, item.fired_by)
 
     def close(self) -> None:
+        self.duties.stop()
         if self._lease is not None and self._lease.held:
             logger.info("beat: releasing the lock")
             self._lease.release()

@@ -62,6 +62,31 @@ def django_db_modify_db_settings(
 
 
 @pytest.fixture
+def heartbeats(make_stack: Callable[..., Stack], settings: Any) -> Iterator[Callable[..., None]]:
+    """A real Redis for in-process tests of liveness, and a writer of worker heartbeats in it:
+    ``beat(hostname, pid, children=None)`` says that worker is alive; an absent key, dead."""
+    import json
+    import time
+
+    from celery_conf.connections import RedisTarget, redis_client
+    from celery_conf.heartbeat import HEARTBEAT_KEY_PREFIX
+
+    stack = make_stack()
+    settings.REDIS = RedisTarget(url=str(stack.redis.url))  # redis_client() derives from it
+    redis_client.cache_clear()
+    client = stack.redis.client()
+
+    def beat(hostname: str, pid: int, children: list[int] | None = None) -> None:
+        record: dict[str, Any] = {"pid": pid, "inflight": 1, "at": time.time()}
+        if children is not None:
+            record["children"] = children
+        client.set(HEARTBEAT_KEY_PREFIX + hostname, json.dumps(record), ex=15)
+
+    yield beat
+    redis_client.cache_clear()
+
+
+@pytest.fixture
 def make_stack(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[Callable[..., Stack]]:

@@ -28,6 +28,13 @@ class Document(models.Model):
     claim_token = models.UUIDField(null=True, blank=True)
     # How many times processing started; more than one means a redelivery or a retry.
     starts = models.PositiveIntegerField(default=0)
+    # Which message may run it: every re-enqueue by the recovery (or by hand) counts one up,
+    # and the message carries it (header ``platform_generation``). A copy of an older message
+    # (one kombu restores long after its worker died) is skipped, whatever its timing.
+    generation = models.PositiveIntegerField(default=0)
+    # Set while a retry waits out its countdown in a worker (an ETA message, held by whoever
+    # fetched it): until then the document is queued but its message is in no queue.
+    retry_at = models.DateTimeField(null=True, blank=True)
     summary = models.TextField(blank=True)
     word_count = models.PositiveIntegerField(null=True, blank=True)
     failure_reason = models.TextField(blank=True)
@@ -38,7 +45,9 @@ class Document(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["owner", "-created_at"]), models.Index(fields=["state"])]
+        indexes = [models.Index(fields=["owner", "-created_at"]), models.Index(fields=["state"]),
+                   # The recovery's orphan check: queued documents older than a moment.
+                   models.Index(fields=["state", "updated_at"])]
 
     def __str__(self) -> str:
         return f"{self.title} ({self.state})"
@@ -57,7 +66,11 @@ class DocumentRun(models.Model):
     document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="runs")
     task_id = models.CharField(max_length=64)
     worker = models.CharField(max_length=255)
-    pid = models.PositiveIntegerField()
+    pid = models.PositiveIntegerField()  # the pool process that runs it
+    # The worker's main process (its heartbeat names it): a worker restarted under the same
+    # name has a new one, so its predecessor's runs are seen as dead. Null on runs recorded
+    # before issue 16, which are judged by the pool process alone.
+    worker_pid = models.PositiveIntegerField(null=True, blank=True)
     redelivered = models.BooleanField(default=False)
     started_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -66,6 +79,8 @@ class DocumentRun(models.Model):
 
     class Meta:
         ordering = ["started_at", "id"]
+        # The recovery reads the running runs every second: few rows among many.
+        indexes = [models.Index(fields=["outcome"])]
 
 
 class DocumentFact(models.Model):

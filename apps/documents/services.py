@@ -2,18 +2,22 @@
 
 The state machine is the idempotency guarantee. A run *claims* the row (a new token, ``starts``
 +1); it may finish the row only while it still holds that token, in one transaction that also
-writes the facts. A redelivered message for a finished document is skipped; a second run that
-overlaps the first takes the claim, and the first one's result is dropped as superseded. So a
-document has at most one result, however often its message is delivered.
+writes the facts. A redelivered message for a finished document is skipped; so is a copy of an
+older message (its generation is behind the row's: the recovery re-enqueued the document since)
+and a copy delivered while a live run holds the claim. A copy that finds the claim holder dead
+takes the claim, and a result the dead run might still commit is dropped as superseded. So a
+document has at most one result, however often its message is delivered. Documents whose
+worker died, or whose message Redis lost, are put back by apps/documents/recovery.py.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
@@ -24,10 +28,8 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from redis.exceptions import RedisError
 
 from apps.events.bus import publish_event_on_commit
-from celery_conf import names
-from celery_conf.broker_scan import task_args_in_broker
-from celery_conf.connections import redis_client
-from celery_conf.liveness import worker_heartbeats
+from celery_conf.liveness import run_alive, worker_heartbeat
+from celery_conf.queues import QUEUED_AT_HEADER
 
 from .models import Document, DocumentFact, DocumentRun
 from .processing import (
@@ -41,10 +43,8 @@ logger = logging.getLogger(__name__)
 
 State = Document.State
 Outcome = DocumentRun.Outcome
-# The reconciler looks at the broker twice this far apart before it re-enqueues a document:
-# a message between a worker's BRPOP and kombu's write to ``unacked`` (milliseconds) is in
-# neither place the first time, and in ``unacked`` (or done) the second.
-RECONCILE_SECOND_LOOK_S = 1.0
+# The message header naming the generation a document message runs (models.Document).
+GENERATION_HEADER = "platform_generation"
 
 
 class QueueUnavailable(Exception):
@@ -52,7 +52,7 @@ class QueueUnavailable(Exception):
 
 
 # What one delivery of a document's processing came to (the task turns them into task states).
-SKIPPED = "skipped"  # the document was already finished (or deleted): a redelivery, no claim
+SKIPPED = "skipped"  # finished or deleted, an older generation, or a live run holds it
 
 
 @dataclass(frozen=True)
@@ -82,33 +82,41 @@ def document_submit(
         size_bytes=len(content.encode()),
     )
     try:
-        document_enqueue(document_id=document.pk)
+        document_enqueue(document_id=document.pk, generation=document.generation)
     except (KombuOperationalError, RedisError, OSError) as exc:
         document.delete()
         raise QueueUnavailable(str(exc)) from exc
-    _announce(document.pk, State.QUEUED)
+    document_announce(document_id=document.pk, state=State.QUEUED)
     return document
 
 
-def document_enqueue(*, document_id: int) -> None:
+def document_enqueue(*, document_id: int, generation: int) -> None:
+    """Publish the document's message for ``generation``, stamped with the time it is queued
+    (the recovery's watermark, celery_conf/queues.py). The arguments stay ``[document_id]``:
+    a worker of the previous release runs the message unchanged (an upgrade's rollback)."""
     from .tasks import process_document  # the task module imports this one
 
     process_document.apply_async(
         args=[document_id],
+        headers={GENERATION_HEADER: generation, QUEUED_AT_HEADER: time.time()},
         retry=True,
         retry_policy={"max_retries": 2, "interval_start": 0.2, "interval_step": 0.4},
     )
 
 
 def document_process(
-    *, document_id: int, task_id: str, worker: str, pid: int, redelivered: bool, final_attempt: bool
+    *, document_id: int, generation: int | None, task_id: str, worker: str, worker_pid: int,
+    pid: int, redelivered: bool, final_attempt: bool, retry_in_s: float,
 ) -> str:
     """Run one delivery of a document's processing; returns the run's outcome.
 
-    Raises TransientProcessingError when a retry should follow (the task's policy retries it).
+    ``generation`` is the message's (None: a message from before generations existed, taken
+    as current); ``retry_in_s`` how long the task's retry would wait. Raises
+    TransientProcessingError when a retry should follow (the task's policy retries it).
     """
     claim = _claim(
-        document_id=document_id, task_id=task_id, worker=worker, pid=pid, redelivered=redelivered
+        document_id=document_id, generation=generation, task_id=task_id, worker=worker,
+        worker_pid=worker_pid, pid=pid, redelivered=redelivered,
     )
     if not isinstance(claim, Claim):
         return claim
@@ -117,7 +125,7 @@ def document_process(
     except TransientProcessingError as exc:
         if final_attempt:
             return _finish_failed(document_id, claim, f"gave up after retries: {exc}")
-        if not _release_for_retry(document_id, claim, str(exc)):
+        if not _release_for_retry(document_id, claim, str(exc), retry_in_s=retry_in_s):
             return Outcome.SUPERSEDED  # the claim moved on: the run holding it decides
         raise
     except PermanentProcessingError as exc:
@@ -128,7 +136,8 @@ def document_process(
 
 
 def _claim(
-    *, document_id: int, task_id: str, worker: str, pid: int, redelivered: bool
+    *, document_id: int, generation: int | None, task_id: str, worker: str, worker_pid: int,
+    pid: int, redelivered: bool,
 ) -> Claim | str:
     """Take the claim; else SKIPPED (nothing to do) or FAILED (too many starts)."""
     now = timezone.now()
@@ -136,6 +145,19 @@ def _claim(
         document = Document.objects.select_for_update().filter(pk=document_id).first()
         if document is None or document.state in (State.DONE, State.FAILED):
             return SKIPPED  # deleted, or a redelivery of finished work: nothing to do
+        if generation is not None and generation < document.generation:
+            # A copy of a message the recovery has replaced since (one kombu restored after
+            # its worker died, or a late duplicate): the newer message runs it.
+            logger.info("documents: %s generation %s skipped, the document is at %s",
+                        document_id, generation, document.generation)
+            return SKIPPED
+        if document.state == State.PROCESSING and _holder_alive(
+                document_id, worker=worker, worker_pid=worker_pid, pid=pid):
+            # A second copy of the message while its run goes on (never by kombu's timeout,
+            # which outlasts any run): that run finishes it, or the recovery hands it on.
+            logger.warning("documents: %s is being processed by a live run; this copy is "
+                           "skipped", document_id)
+            return SKIPPED
         if document.starts >= settings.DOCUMENTS_MAX_STARTS:
             document.state = State.FAILED
             document.failure_reason = (
@@ -145,10 +167,9 @@ def _claim(
             document.claim_token = None
             document.finished_at = now
             document.save()
-            _announce(document_id, State.FAILED)
+            document_announce(document_id=document_id, state=State.FAILED)
             return Outcome.FAILED
-        # Runs still marked running belong to a worker that died, or to a duplicate delivery
-        # that this claim now supersedes.
+        # Runs still marked running belong to a process that died: this claim supersedes them.
         document.runs.filter(outcome=Outcome.RUNNING).update(
             outcome=Outcome.SUPERSEDED, finished_at=now, detail="claim taken by a later run"
         )
@@ -156,12 +177,53 @@ def _claim(
         document.claim_token = uuid.uuid4()
         document.starts += 1
         document.processed_by = worker
+        document.retry_at = None
+        if generation is not None and generation > document.generation:
+            document.generation = generation  # the row was restored from an older backup
         document.save()
         run = DocumentRun.objects.create(
-            document=document, task_id=task_id, worker=worker, pid=pid, redelivered=redelivered
+            document=document, task_id=task_id, worker=worker, worker_pid=worker_pid, pid=pid,
+            redelivered=redelivered,
         )
-        _announce(document_id, State.PROCESSING)
+        document_announce(document_id=document_id, state=State.PROCESSING)
         return Claim(token=document.claim_token, run_id=run.pk, content=document.content)
+
+
+def _holder_alive(document_id: int, *, worker: str, worker_pid: int, pid: int) -> bool:
+    """Is a run of ``document_id`` still going in a live process?
+
+    A run of this same worker's pool (a sibling pool process, the usual case after a pool
+    process was killed and its message requeued at once) is judged by asking the kernel;
+    another worker's by its heartbeat (celery_conf/liveness.py). Runs older than the hard time
+    limit are over: no process runs a task past it. Redis unable to say counts as alive: the
+    copy is skipped and the recovery decides once Redis answers.
+    """
+    oldest = timezone.now() - timedelta(seconds=settings.CELERY_TASK_TIME_LIMIT)
+    runs = DocumentRun.objects.filter(document_id=document_id, outcome=Outcome.RUNNING,
+                                      started_at__gt=oldest)
+    for run in runs.only("worker", "worker_pid", "pid", "started_at"):
+        if run.worker == worker and run.worker_pid == worker_pid:
+            if run.pid != pid and _process_exists(run.pid):
+                return True
+            continue
+        try:
+            beat = worker_heartbeat(run.worker)
+        except RedisError:
+            return True
+        if run_alive(beat, worker_pid=run.worker_pid, pool_pid=run.pid,
+                     since=run.started_at.timestamp()):
+            return True
+    return False
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, under another user
+    return True
 
 
 def _fenced(document_id: int, claim: Claim):  # type: ignore[no-untyped-def]
@@ -194,7 +256,7 @@ def _finish_done(document_id: int, claim: Claim, result: ProcessingResult) -> st
             for kind, value in result.facts
         )
         _close_run(claim, Outcome.DONE)
-        _announce(document_id, State.DONE)
+        document_announce(document_id=document_id, state=State.DONE)
     return Outcome.DONE
 
 
@@ -208,24 +270,27 @@ def _finish_failed(document_id: int, claim: Claim, reason: str) -> str:
         outcome = Outcome.FAILED if won else Outcome.SUPERSEDED
         _close_run(claim, outcome, reason)
         if won:
-            _announce(document_id, State.FAILED)
+            document_announce(document_id=document_id, state=State.FAILED)
     return outcome
 
 
-def _release_for_retry(document_id: int, claim: Claim, reason: str) -> bool:
+def _release_for_retry(document_id: int, claim: Claim, reason: str, *,
+                       retry_in_s: float) -> bool:
     """Put the document back to queued for the task's retry; False if the claim moved on.
 
-    If the retry's publish then fails, the row says queued with no message behind it: the
-    reconciler (documents_reconcile) puts it back.
+    The retry's message waits out its countdown in the worker that fetches it, in no queue:
+    ``retry_at`` tells the recovery so. If the retry's publish fails, the row says queued with
+    no message behind it, and the recovery puts it back once ``retry_at`` has passed.
     """
+    now = timezone.now()
     with transaction.atomic():
         released = _fenced(document_id, claim).update(
             state=State.QUEUED, failure_reason=f"retrying: {reason}", claim_token=None,
-            updated_at=timezone.now(),
+            retry_at=now + timedelta(seconds=retry_in_s), updated_at=now,
         )
         _close_run(claim, Outcome.RETRYING, reason)
         if released:
-            _announce(document_id, State.QUEUED)
+            document_announce(document_id=document_id, state=State.QUEUED)
     return bool(released)
 
 
@@ -235,110 +300,19 @@ def documents_requeue_failed(*, document_ids: list[int] | None = None) -> list[i
     if document_ids is not None:
         failed = failed.filter(pk__in=document_ids)
     requeued: list[int] = []
-    for document_id in failed.values_list("pk", flat=True):
+    for document_id, generation in failed.values_list("pk", "generation"):
         updated = Document.objects.filter(pk=document_id, state=State.FAILED).update(
-            state=State.QUEUED, starts=0, failure_reason="", finished_at=None,
-            updated_at=timezone.now(),
+            state=State.QUEUED, starts=0, failure_reason="", finished_at=None, retry_at=None,
+            generation=generation + 1, updated_at=timezone.now(),
         )
         if updated:
-            document_enqueue(document_id=document_id)
-            _announce(document_id, State.QUEUED)
+            document_enqueue(document_id=document_id, generation=generation + 1)
+            document_announce(document_id=document_id, state=State.QUEUED)
             requeued.append(document_id)
     return requeued
 
 
-@dataclass(frozen=True)
-class Reconciled:
-    candidates: int  # unfinished documents untouched for longer than the grace period
-    requeued: list[int]  # those with no message and no live run behind them, put back
-
-
-def documents_reconcile(*, grace_seconds: float | None = None) -> Reconciled:
-    """Re-enqueue every unfinished document with no live work behind it; the database decides.
-
-    A document left queued or processing, untouched for ``grace_seconds`` (the publish after a
-    commit takes milliseconds), is put back only if the broker holds no message for it (queued
-    or unacked, whatever its lease: an expired lease is restored by kombu's sweep) and no live
-    worker process is running it (its heartbeat lists the run's pool process). So a document
-    waiting in a backlog is never enqueued twice, and one whose message Redis lost (between
-    BRPOP and ``unacked``, an ack from a superseded copy, a retry whose publish failed, an AOF
-    tail lost in a power cut) is finished within grace + the reconciler's period. Raises on a
-    broker or Redis error: nothing is re-enqueued on a guess.
-    """
-    if grace_seconds is None:
-        grace_seconds = settings.DOCUMENTS_RECONCILE_AFTER_S
-    cutoff = timezone.now() - timedelta(seconds=grace_seconds)
-    stale = dict(Document.objects.filter(
-        state__in=(State.QUEUED, State.PROCESSING), updated_at__lt=cutoff,
-    ).values_list("pk", "updated_at"))
-    if not stale:
-        return Reconciled(candidates=0, requeued=[])
-    orphans = set(stale) - _documents_with_live_work(set(stale))
-    if orphans:
-        time.sleep(RECONCILE_SECOND_LOOK_S)
-        orphans -= _documents_with_live_work(orphans)
-    requeued = []
-    for document_id in sorted(orphans):
-        if _requeue_orphan(document_id, stale[document_id]):
-            requeued.append(document_id)
-    if requeued:
-        logger.warning("documents: re-enqueued %d document(s) with no live work: %s",
-                       len(requeued), requeued[:50])
-    return Reconciled(candidates=len(stale), requeued=requeued)
-
-
-def _documents_with_live_work(document_ids: set[int]) -> set[int]:
-    """Those of ``document_ids`` that the broker holds a message for or a live process runs."""
-    live = {
-        args[0] for args in task_args_in_broker(task_name=names.DOCUMENT_PROCESS,
-                                                queue=str(names.TASK_QUEUES[
-                                                    names.DOCUMENT_PROCESS]))
-        if args and isinstance(args[0], int)
-    } & document_ids
-    beats = worker_heartbeats(redis_client())
-    # No run outlives the hard time limit (its pool process is killed there). An older run
-    # whose process lives on was cut short by an error it could not record (the database
-    # went away under it): that process has moved on, nothing runs this document.
-    oldest_live = timezone.now() - timedelta(seconds=settings.CELERY_TASK_TIME_LIMIT)
-    running = DocumentRun.objects.filter(
-        document_id__in=document_ids - live, outcome=Outcome.RUNNING,
-        started_at__gt=oldest_live,
-    ).values_list("document_id", "worker", "pid", "started_at")
-    for document_id, worker, pid, started_at in running:
-        beat = beats.get(worker)
-        if beat is None:
-            continue
-        children = beat.get("children") or [beat["pid"]]
-        # A heartbeat older than the run may predate the pool process that runs it.
-        if pid in children or float(beat["at"]) <= started_at.timestamp():
-            live.add(document_id)
-    return live
-
-
-def _requeue_orphan(document_id: int, seen_updated_at: datetime) -> bool:
-    now = timezone.now()
-    with transaction.atomic():
-        # Unchanged since the reconciler looked: a run that claimed it meanwhile wins.
-        moved = Document.objects.filter(
-            pk=document_id, state__in=(State.QUEUED, State.PROCESSING),
-            updated_at=seen_updated_at,
-        ).update(state=State.QUEUED, claim_token=None, updated_at=now)
-        if not moved:
-            return False
-        DocumentRun.objects.filter(document_id=document_id, outcome=Outcome.RUNNING).update(
-            outcome=Outcome.SUPERSEDED, finished_at=now,
-            detail="no live work behind it: re-enqueued by the reconciler")
-        _announce(document_id, State.QUEUED)
-    try:
-        document_enqueue(document_id=document_id)
-    except (KombuOperationalError, RedisError, OSError) as exc:
-        # Still queued in the database: the next pass finds it again.
-        logger.warning("documents: could not re-enqueue %s: %s", document_id, exc)
-        return False
-    return True
-
-
-def _announce(document_id: int, state: str) -> None:
+def document_announce(*, document_id: int, state: str) -> None:
     """Tell the owner's open pages about a state change, once it is committed."""
     row = Document.objects.filter(pk=document_id).values("owner_id", "title", "word_count").first()
     if row is not None:

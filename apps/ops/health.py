@@ -8,7 +8,6 @@ it can be served without a login.
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from typing import Any
 
@@ -19,13 +18,12 @@ from django.db import DatabaseError, connection
 from celery_conf.connections import redis_client
 from celery_conf.liveness import worker_heartbeats
 from celery_conf.names import Queue
+from celery_conf.queues import message_headers, queue_ends, queued_at
 from scheduler.lease import read_leadership
 
-from .status import PRIORITY_SEP, PRIORITY_STEPS
-
-# Where the probes remember the message they last saw at the head of each queue and when
-# they first saw it: the head's age is how long the oldest waiting message has waited (at
-# least), without Celery messages carrying a timestamp of their own.
+# For messages without the platform's ``platform_queued_at`` header (sent by something else):
+# where the probes remember each queue's end messages and when they first saw them, so their
+# age is known at least from then.
 QUEUE_HEAD_KEY = "platform:ops:queue_head"
 
 
@@ -69,33 +67,33 @@ def beat_probe(client: redis.Redis) -> dict[str, Any]:
 
 
 def queue_age_probe(client: redis.Redis, *, now: float | None = None) -> dict[str, Any]:
-    """The longest any queue's oldest message has waited, against READYZ_MAX_QUEUE_AGE_S."""
+    """The longest any queue's oldest message has waited, against READYZ_MAX_QUEUE_AGE_S.
+
+    The oldest waiting message is one of a queue's two ends (celery_conf/queues.py); its age
+    is now minus its ``platform_queued_at`` header. An end without the header is aged from
+    the first time a probe saw it there (remembered in Redis, shared by every web worker).
+    """
     now = time.time() if now is None else now
-    lists = [(str(q), str(q) if step == 0 else f"{q}{PRIORITY_SEP}{step}")
-             for q in Queue for step in PRIORITY_STEPS]
-    pipe = client.pipeline(transaction=False)
-    for _, key in lists:
-        pipe.lindex(key, -1)  # kombu pushes on the left and pops on the right
-    pipe.hgetall(QUEUE_HEAD_KEY)
-    *heads, seen = pipe.execute()
+    ends = queue_ends(client, [str(q) for q in Queue])
+    seen = client.hgetall(QUEUE_HEAD_KEY)
     ages: dict[str, float] = {}
-    update: dict[str, str] = {}
-    for (queue, key), raw in zip(lists, heads, strict=True):
-        if raw is None:
-            continue
-        tag = _delivery_tag(raw)
-        first_seen = now
-        if key in seen and seen[key].split(" ", 1)[0] == tag:
-            first_seen = float(seen[key].split(" ", 1)[1])
-        else:
-            update[key] = f"{tag} {now}"
-        ages[queue] = max(ages.get(queue, 0.0), now - first_seen)
-    present = {key for (_, key), raw in zip(lists, heads, strict=True) if raw is not None}
-    stale = [key for key in seen if key not in present]
-    if update or stale:
+    keep: dict[str, str] = {}
+    for queue, messages in ends.items():
+        for raw in messages:
+            stamp = queued_at(raw)
+            if stamp is None:
+                tag = _message_id(raw)
+                field = f"{queue}:{tag}"
+                first_seen = float(seen[field]) if field in seen else now
+                keep[field] = str(first_seen)
+                stamp = first_seen
+            ages[queue] = max(ages.get(queue, 0.0), now - stamp)
+    stale = [field for field in seen if field not in keep]
+    new = {field: value for field, value in keep.items() if field not in seen}
+    if new or stale:
         pipe = client.pipeline(transaction=False)
-        if update:
-            pipe.hset(QUEUE_HEAD_KEY, mapping=update)
+        if new:
+            pipe.hset(QUEUE_HEAD_KEY, mapping=new)
         if stale:
             pipe.hdel(QUEUE_HEAD_KEY, *stale)
         pipe.execute()
@@ -104,12 +102,12 @@ def queue_age_probe(client: redis.Redis, *, now: float | None = None) -> dict[st
     return {"ok": oldest <= bound, "oldest_s": oldest, "bound_s": bound}
 
 
-def _delivery_tag(raw: str) -> str:
-    try:
-        return str(json.loads(raw)["properties"]["delivery_tag"])
-    except (ValueError, KeyError, TypeError):
-        # Not a kombu envelope: its content names it, the same in every web worker.
-        return hashlib.sha256(raw.encode()).hexdigest()[:16]
+def _message_id(raw: str) -> str:
+    """The Celery task id of a stored message, or a hash of it: the same in every worker."""
+    task_id = message_headers(raw).get("id")
+    if isinstance(task_id, str) and task_id:
+        return task_id
+    return hashlib.sha256(raw.encode() if isinstance(raw, str) else raw).hexdigest()[:16]
 
 
 REDIS_PROBES = (

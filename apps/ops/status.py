@@ -16,13 +16,8 @@ from django.conf import settings
 from celery_conf.connections import redis_client
 from celery_conf.liveness import worker_heartbeats
 from celery_conf.names import Queue
+from celery_conf.queues import queue_lengths, unacked_key
 from scheduler.lease import read_leadership
-
-# kombu's Redis transport keeps one list per priority step; together they are the queue.
-PRIORITY_STEPS = (0, 3, 6, 9)
-PRIORITY_SEP = "\x06\x16"
-UNACKED_KEY = "unacked"
-UNACKED_INDEX_KEY = "unacked_index"
 
 Section = Callable[[redis.Redis], dict[str, Any]]
 
@@ -62,22 +57,14 @@ def workers_section(client: redis.Redis) -> dict[str, Any]:
 
 
 def queues_section(client: redis.Redis) -> dict[str, Any]:
-    pipe = client.pipeline(transaction=False)
-    for queue in Queue:
-        for step in PRIORITY_STEPS:
-            pipe.llen(str(queue) if step == 0 else f"{queue}{PRIORITY_SEP}{step}")
-    lengths = pipe.execute()
-    n = len(PRIORITY_STEPS)
-    return {str(q): sum(lengths[i * n:(i + 1) * n]) for i, q in enumerate(Queue)}
+    return queue_lengths(client, [str(q) for q in Queue])
 
 
 def inflight_section(client: redis.Redis) -> dict[str, Any]:
-    held = client.hlen(UNACKED_KEY)
-    oldest = client.zrange(UNACKED_INDEX_KEY, 0, 0, withscores=True)
-    return {
-        "messages": held,
-        "oldest_lease_age_s": round(time.time() - oldest[0][1], 1) if oldest else None,
-    }
+    """Work in flight: what the workers say they run (their heartbeats), and the messages
+    kombu holds as delivered but not yet acknowledged."""
+    running = sum(int(beat.get("inflight", 0)) for beat in worker_heartbeats(client).values())
+    return {"running": running, "unacked_messages": client.hlen(unacked_key())}
 
 
 def metering_section(client: redis.Redis) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from apps.documents.models import Document
-from apps.documents.services import documents_reconcile
+from apps.documents.recovery import documents_recover
 from celery_conf import names
 from celery_conf.liveness import worker_alive
 from scheduler.jobs import Missed, PeriodicJob
@@ -304,13 +304,17 @@ def retention_purge(job: PeriodicJob, run: JobRun) -> str:
 
 
 def reconcile(job: PeriodicJob, run: JobRun) -> str:
-    """The database is the record: put back documents with no live work, mark dead runs lost."""
+    """The database is the record: put back documents with no live work, mark dead runs lost.
+
+    The leading beat runs the documents' recovery every second (scheduler/duties.py); this
+    periodic pass runs it too, as a second path that needs no beat duty, and marks dead runs
+    of the periodic jobs lost."""
     started = time.monotonic()
-    result = documents_reconcile()
+    result = documents_recover()
     lost = sum(job_runs_mark_lost(job=other) for other in JOBS.values())
     # The run record is the witness the backlog measurement reads: "re-enqueued N".
-    return (f"re-enqueued {len(result.requeued)} of {result.candidates} unfinished "
-            f"document(s) past the grace period {result.requeued[:20]}; marked {lost} run(s) "
+    return (f"re-enqueued {len(result.requeued)} document(s) (abandoned "
+            f"{result.abandoned[:20]}, orphaned {result.orphaned[:20]}); marked {lost} run(s) "
             f"lost; {time.monotonic() - started:.2f} s")
 
 

@@ -223,10 +223,12 @@ DOCUMENTS_RETRY_BACKOFF = env_int("DOCUMENTS_RETRY_BACKOFF", 2)
 # A document whose processing started this many times without finishing (its worker killed
 # each time) is marked failed instead of looping forever (reject-on-worker-lost loops).
 DOCUMENTS_MAX_STARTS = env_int("DOCUMENTS_MAX_STARTS", 8)
-# The reconciler (a periodic job, scheduler/tables.py) re-enqueues a queued or processing
-# document untouched this long with no message and no live run behind it. Only the publish
-# after a commit (milliseconds) must fit; a document waiting in a backlog is protected by its
-# message, however old. The bound on an acknowledged document: this + the reconciler's period.
+# The recovery (apps/documents/recovery.py, run by the leading beat every second) re-enqueues
+# a queued document whose message is in no queue once it was queued this long before the
+# queue's oldest waiting message: longer than a publish can take after its commit (three
+# tries with 5 s timeouts), and than the clocks of two web hosts differ. A document waiting in
+# a backlog is never touched, however old: its message is behind the watermark. The bound on
+# an acknowledged document whose message Redis lost: this + one second.
 DOCUMENTS_RECONCILE_AFTER_S = env_int("DOCUMENTS_RECONCILE_AFTER_S", 30)
 # Django's own request-size guard sits just above the document limit (room for the JSON or
 # multipart envelope) so an oversized body is refused before it is read into memory.
@@ -352,8 +354,8 @@ def celery_settings(target: RedisTarget) -> dict[str, object]:
         broker_options=connection.pop("broker_transport_options"),
         broker_use_ssl=connection.pop("broker_use_ssl"),
         visibility_timeout=env_int("CELERY_VISIBILITY_TIMEOUT", policy.DEFAULT_VISIBILITY_TIMEOUT),
-        lease_renew_interval=env_int("CELERY_LEASE_RENEW_INTERVAL",
-                                     policy.DEFAULT_LEASE_RENEW_INTERVAL),
+        heartbeat_interval=env_float("CELERY_HEARTBEAT_INTERVAL",
+                                     policy.DEFAULT_HEARTBEAT_INTERVAL),
         restore_sweep_interval=env_int("CELERY_RESTORE_SWEEP_INTERVAL",
                                        policy.DEFAULT_RESTORE_SWEEP_INTERVAL),
         unacked_mutex_expire=env_int("CELERY_UNACKED_MUTEX_EXPIRE",
@@ -361,8 +363,11 @@ def celery_settings(target: RedisTarget) -> dict[str, object]:
         soft_time_limit=env_int("CELERY_TASK_SOFT_TIME_LIMIT", policy.DEFAULT_SOFT_TIME_LIMIT),
         time_limit=env_int("CELERY_TASK_TIME_LIMIT", policy.DEFAULT_TIME_LIMIT),
     ) | beat_settings(connection=connection) | {
-        # Where Redis is, for the fenced beat's own client (scheduler/redbeat.py).
+        # Where Redis is, for the fenced beat's and the heartbeat's own clients.
         "CELERY_PLATFORM_REDIS": target,
+        # What the leading beat does every second beside the schedule (scheduler/duties.py):
+        # hand documents whose worker died to another worker (adr/0030).
+        "CELERY_PLATFORM_LEADER_DUTIES": ("apps.documents.recovery.documents_recover_duty",),
     }
 
 

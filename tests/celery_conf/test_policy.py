@@ -21,8 +21,12 @@ def test_every_task_gets_the_durable_policy():
     assert conf.task_reject_on_worker_lost is True
     assert conf.worker_prefetch_multiplier == 1
     assert conf.accept_content == ["json"] and conf.task_serializer == "json"
-    assert conf.broker_transport_options["visibility_timeout"] == 30
+    assert conf.broker_transport_options["visibility_timeout"] == 900
     assert conf.task_soft_time_limit < conf.task_time_limit
+    # The layout celery_conf/queues.py reads is stated in kombu's documented options.
+    transport = conf.broker_transport_options
+    assert list(transport["priority_steps"]) == [0]
+    assert transport["unacked_key"] == "unacked" and transport["unacked_restore_limit"] == 10
 
 
 def test_every_project_task_has_a_declared_name_and_queue():
@@ -46,9 +50,11 @@ def test_workers_under_the_supervisor_consume_every_declared_queue():
     assert "--workers %(ENV_WEB_WORKERS)s" in conf
 
 
-def test_the_lease_renewal_must_fit_the_visibility_timeout():
-    with pytest.raises(ValueError):
-        durable_task_settings(broker_url="redis://x", visibility_timeout=8)
+def test_the_visibility_timeout_must_outlast_any_run_and_retry_countdown():
+    # 360 s hard limit + 300 s longest countdown: kombu would restore a live worker's message.
+    with pytest.raises(ValueError, match="must exceed the hard time limit"):
+        durable_task_settings(broker_url="redis://x", visibility_timeout=660)
+    assert durable_task_settings(broker_url="redis://x", visibility_timeout=661)
 
 
 def test_platform_directory_never_shadows_the_standard_library():
@@ -96,11 +102,11 @@ def test_production_settings_start_with_everything_given():
     assert result.stdout.strip() == "False"
 
 
-# --- one path per setting: each timing written once, reaching kombu, the lease and the TTL --
+# --- one path per setting: each timing written once, reaching kombu and the heartbeat -------
 def _settings_in_child(**env: str) -> subprocess.CompletedProcess[str]:
     script = ("import django; django.setup(); from celery_conf import app; import json; "
               "c = app.conf; print(json.dumps([c.broker_transport_options, "
-              "c.platform_lease_renew_interval, c.platform_heartbeat_ttl, "
+              "c.platform_heartbeat_interval, c.platform_heartbeat_ttl, "
               "c.task_soft_time_limit, c.task_time_limit]))")
     return subprocess.run(
         [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60,
@@ -108,34 +114,33 @@ def _settings_in_child(**env: str) -> subprocess.CompletedProcess[str]:
              **env})
 
 
-def test_a_renewal_interval_of_20_is_refused_against_the_30_s_visibility_timeout():
-    refused = _settings_in_child(CELERY_LEASE_RENEW_INTERVAL="20")
+def test_a_visibility_timeout_below_the_time_limits_is_refused_at_start_up():
+    refused = _settings_in_child(CELERY_VISIBILITY_TIMEOUT="30")
     assert refused.returncode != 0
-    assert "must allow at least two lease renewals" in refused.stderr
+    assert "must exceed the hard time limit" in refused.stderr
 
 
-def test_the_heartbeat_ttl_and_kombu_follow_the_one_renewal_setting():
-    result = _settings_in_child(CELERY_LEASE_RENEW_INTERVAL="20", CELERY_VISIBILITY_TIMEOUT="90",
+def test_the_heartbeat_ttl_and_kombu_follow_their_one_setting():
+    result = _settings_in_child(CELERY_HEARTBEAT_INTERVAL="2", CELERY_VISIBILITY_TIMEOUT="1200",
                                 CELERY_UNACKED_MUTEX_EXPIRE="10")
     assert result.returncode == 0, result.stderr
-    transport, renew, ttl, soft, hard = json.loads(result.stdout.strip().splitlines()[-1])
-    assert renew == 20 and ttl == 60  # three renewals: a live worker's heartbeat never lapses
-    assert transport["visibility_timeout"] == 90 and transport["unacked_mutex_expire"] == 10
+    transport, interval, ttl, soft, hard = json.loads(result.stdout.strip().splitlines()[-1])
+    assert interval == 2 and ttl == 10  # five intervals: a live worker's key never lapses
+    assert transport["visibility_timeout"] == 1200 and transport["unacked_mutex_expire"] == 10
     assert (soft, hard) == (300, 360)
 
 
-def test_the_restore_lock_must_expire_before_a_lease_could():
+def test_the_restore_lock_expires_long_before_the_visibility_timeout():
     assert app.conf.broker_transport_options["unacked_mutex_expire"] == 5
     with pytest.raises(ValueError, match="unacked_mutex_expire"):
-        durable_task_settings(broker_url="redis://x", visibility_timeout=30,
-                              lease_renew_interval=5, unacked_mutex_expire=25)
+        durable_task_settings(broker_url="redis://x", unacked_mutex_expire=900)
     with pytest.raises(ValueError, match="soft_time_limit"):
         durable_task_settings(broker_url="redis://x", soft_time_limit=400, time_limit=360)
 
 
-def test_the_lease_renewal_reads_the_apps_config_not_the_environment():
-    source = (ROOT / "celery_conf" / "inflight.py").read_text()
-    assert "os.environ" not in source and "platform_lease_renew_interval" in source
+def test_the_heartbeat_reads_the_apps_config_not_the_environment():
+    source = (ROOT / "celery_conf" / "heartbeat.py").read_text()
+    assert "os.environ" not in source and "platform_heartbeat_interval" in source
 
 
 def test_supervisord_waits_longer_than_the_hard_time_limit_before_killing_a_worker():

@@ -26,7 +26,6 @@ from celery_conf import app
 from celery_conf.connections import (RedisTarget, async_log_client, async_subscriber,
                                      beat_client, redis_client, sync_client)
 from redbeat.schedulers import get_redis
-from scheduler.broker import fenced_transport
 from scheduler.redbeat import _expose_redbeat_settings
 from scheduler.settings import broker_transport_options
 
@@ -37,12 +36,13 @@ async def hub():
         assert await client.ping()
         await client.aclose()
 asyncio.run(hub())
-with app.connection_for_write() as conn, conn.default_channel.conn_or_acquire() as c:
-    assert c.ping()
-with app.connection_for_write(transport=fenced_transport(sentinel=target.sentinel),
-                              transport_options=broker_transport_options()) as conn:
-    with conn.default_channel.conn_or_acquire() as c:
-        assert c.ping()
+with app.connection_for_write() as conn:
+    conn.ensure_connection(max_retries=1)
+    assert conn.connected
+beat_options = {**app.conf.broker_transport_options, **broker_transport_options()}
+with app.connection_for_write(transport_options=beat_options) as conn:
+    conn.ensure_connection(max_retries=1)
+    assert conn.connected
 _expose_redbeat_settings(app)
 assert get_redis(app).ping()
 other = RedisTarget(**{**target.__dict__, "ca_file": "/etc/ssl/certs/ca-certificates.crt"})

@@ -6,47 +6,60 @@ once); the helpers remove a document's message by hand, as Redis losing it would
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
-from celery_conf.broker_scan import _message_args
 from celery_conf.names import DOCUMENT_PROCESS
+from celery_conf.queues import message_headers
 from tests.procs import Stack
 
-# Visibility 6 s, renewal 1 s, sweep 1 s, restore lock 3 s (< 6 - 1): redelivery in ~7-10 s.
-FAST_LEASES = {
-    "CELERY_VISIBILITY_TIMEOUT": "6",
-    "CELERY_LEASE_RENEW_INTERVAL": "1",
-    "CELERY_RESTORE_SWEEP_INTERVAL": "1",
-    "CELERY_UNACKED_MUTEX_EXPIRE": "3",
-}
-# The reconciler every 2 s, for documents untouched for 3 s.
+# Heartbeats every 0.5 s, so a dead worker's key is gone 2.5 s after its last write: the
+# leading beat's recovery hands its documents on within about 3 s.
+FAST_RECOVERY = {"CELERY_HEARTBEAT_INTERVAL": "0.5"}
+# The reconciler every 2 s, and the orphan watermark's grace at 3 s.
 FAST_RECONCILER = {"PLATFORM_RECONCILE_EVERY_S": "2", "DOCUMENTS_RECONCILE_AFTER_S": "3"}
 QUEUE = "documents"
 
 
-def _document_id(payload: Any) -> int | None:
-    args = _message_args(payload, DOCUMENT_PROCESS)
-    return int(args[0]) if args else None
+def document_of(raw: str | bytes) -> int | None:
+    """The document id a stored Celery message of ``documents.process`` is for, else None."""
+    try:
+        envelope = json.loads(raw)
+        if message_headers(raw).get("task") != DOCUMENT_PROCESS:
+            return None
+        body = envelope["body"]
+        if envelope.get("properties", {}).get("body_encoding") == "base64":
+            body = base64.b64decode(body)
+        args, _kwargs, _embed = json.loads(body)
+        return int(args[0])
+    except (ValueError, KeyError, TypeError, IndexError):
+        return None
 
 
 def drop_queued_message(stack: Stack, doc_id: int) -> bool:
     """Delete the document's message from the queue, as a lost write would."""
     client = stack.redis.client()
     for raw in client.lrange(QUEUE, 0, -1):
-        if _document_id(json.loads(raw)) == doc_id:
+        if document_of(raw) == doc_id:
             return bool(client.lrem(QUEUE, 1, raw))
     return False
+
+
+def queued_messages(stack: Stack, doc_id: int) -> list[dict[str, Any]]:
+    """The headers of every message for ``doc_id`` waiting in the queue."""
+    return [message_headers(raw) for raw in stack.redis.client().lrange(QUEUE, 0, -1)
+            if document_of(raw) == doc_id]
 
 
 def unacked_tags(stack: Stack, doc_id: int) -> list[str]:
     client = stack.redis.client()
     return [tag for tag, entry in client.hgetall("unacked").items()
-            if _document_id(json.loads(entry)[0]) == doc_id]
+            if document_of(json.dumps(json.loads(entry)[0])) == doc_id]
 
 
 def drop_unacked_message(stack: Stack, doc_id: int) -> bool:
-    """Delete the document's in-flight entry (its lease), as another copy's ack used to."""
+    """Delete the document's in-flight entry, as a worker losing it in the BRPOP window."""
     client = stack.redis.client()
     tags = unacked_tags(stack, doc_id)
     for tag in tags:

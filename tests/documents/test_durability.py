@@ -17,7 +17,8 @@ from tests.procs import wait_until
 
 pytestmark = pytest.mark.processes
 
-# The redelivery bound the platform promises: visibility timeout (30 s) + sweep (5 s) + slack.
+# A deadline for the wait, not the promise: the measured figures (heartbeat TTL 5 s + one
+# recovery pass, adr/0030) are what the README states; this leaves room for a loaded machine.
 REDELIVERY_BOUND_S = 60
 
 
@@ -32,6 +33,7 @@ def test_sigkill_worker_mid_task_is_redelivered_within_bound_and_runs_once(make_
     stack = make_stack(env={"DOCUMENTS_PROCESSING_SECONDS": "6"})
     w1 = stack.start_worker("w1", concurrency=2)
     w2 = stack.start_worker("w2", concurrency=2)
+    stack.start_elected_beat("b1")  # the leader's recovery hands w1's documents on
     client = stack.start_web(workers=2).session()
     ids = [client.submit(sample_text(i)) for i in range(4)]
 
@@ -74,22 +76,23 @@ def test_sigkill_worker_mid_task_is_redelivered_within_bound_and_runs_once(make_
 
 
 def test_task_longer_than_the_bound_on_a_live_worker_is_never_started_twice(make_stack, measure):
-    # 45 s of work: longer than the visibility timeout (30 s) and the redelivery bound's
-    # sweep; an idle second worker sweeps for expired leases the whole time.
-    stack = make_stack(env={"DOCUMENTS_PROCESSING_SECONDS": "45"})
+    # 50 s of work: ten heartbeat lifetimes, while the leader's recovery looks every second
+    # and an idle second worker sweeps kombu's in-flight messages every 5 s.
+    stack = make_stack(env={"DOCUMENTS_PROCESSING_SECONDS": "50"})
     stack.start_worker("busy", concurrency=1)
+    stack.start_elected_beat("b1")
     client = stack.start_web(workers=1).session()
     doc_id = client.submit(sample_text(1))
     wait_until(lambda: runs_of(stack, doc_id), timeout=30, what="the document starts")
     stack.start_worker("idle", concurrency=1)
-    wait_until(lambda: all_finished(stack, [doc_id]), timeout=90, what="the long document ends")
+    wait_until(lambda: all_finished(stack, [doc_id]), timeout=120, what="the long document ends")
 
     result = tally(stack, [doc_id])
     runs = runs_of(stack, doc_id)
     assert result.completed == 1 and result.doubled == 0
     assert result.extra_starts == 0, f"started {len(runs)} times: {[dict(r) for r in runs]}"
     assert len(runs) == 1 and runs[0]["worker"].startswith("busy@")
-    measure(**result.as_dict(), task_seconds=45, visibility_timeout_s=30)
+    measure(**result.as_dict(), task_seconds=50)
 
 
 def test_sigterm_during_a_burst_loses_nothing(make_stack, measure):
@@ -122,6 +125,8 @@ def test_redis_sigkilled_after_a_burst_of_202s_loses_no_acknowledged_document(ma
     stack = make_stack(env={"DOCUMENTS_PROCESSING_SECONDS": "1"})
     client = stack.start_web(workers=2).session()
     stack.start_worker("w1", concurrency=2)
+    # As shipped: the leader's recovery hands on what w1 ran when Redis died (adr/0030).
+    stack.start_elected_beat("b1")
     ids = [client.submit(sample_text(i)) for i in range(30)]  # each answered 202
     stack.redis.kill(signal.SIGKILL)  # no shutdown save: only the append-only file remains
     killed_at = time.monotonic()

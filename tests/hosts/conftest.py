@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.documents.broker import FAST_LEASES, FAST_RECONCILER
+from tests.documents.broker import FAST_RECOVERY, FAST_RECONCILER
 from tests.hosts.cluster import AppHost, DataHost, app_host
 
 HOST_B, HOST_C = "127.0.0.3", "127.0.0.4"
 # Fast leases and the reconciler every 2 s (documents untouched 3 s), as the reconciler
 # tests use them; short simulated work so a batch finishes in seconds.
-FAST = {**FAST_LEASES, **FAST_RECONCILER, "DOCUMENTS_PROCESSING_SECONDS": "0.5"}
+FAST = {**FAST_RECOVERY, **FAST_RECONCILER, "DOCUMENTS_PROCESSING_SECONDS": "0.5"}
 
 
 class Cluster:

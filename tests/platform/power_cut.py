@@ -27,9 +27,9 @@ from tests.procs import BIN, QUEUES, Client, Stack, Web, spawn
 ENV = {
     "REPORTS_ROLLUP_EVERY_S": "1", "REPORTS_DIGEST_EVERY_S": "2", "REPORTS_PURGE_EVERY_S": "2",
     "DOCUMENTS_PROCESSING_SECONDS": "2",
-    # Redelivery after a dead worker: the whole box died, so the restarted workers' sweep
-    # returns the interrupted messages after this (leases renew every 5 s while a worker lives).
-    "CELERY_VISIBILITY_TIMEOUT": "15",
+    # The interrupted documents' runs name worker processes that died with the box: the
+    # leading beat's recovery hands them on once the restarted Redis has seen the new
+    # workers' heartbeats (adr/0030).
 }
 WORKERS = ("w1", "w2")
 BEATS = ("b1", "b2")

@@ -5,8 +5,6 @@ Liveness comes from the workers' heartbeat keys in a real Redis.
 
 from __future__ import annotations
 
-import json
-import time
 from datetime import timedelta
 
 import pytest
@@ -15,26 +13,10 @@ from django.utils import timezone
 from apps.reports import services
 from apps.reports.models import JobRun
 from celery_conf.connections import RedisTarget, redis_client
-from celery_conf.inflight import HEARTBEAT_KEY_PREFIX
 from scheduler.tables import JOBS
 
 pytestmark = pytest.mark.django_db
 ROLLUP, DIGEST = "reports.usage_rollup", "reports.daily_digest"
-
-
-@pytest.fixture
-def heartbeats(make_stack, settings):
-    stack = make_stack()
-    settings.REDIS = RedisTarget(url=str(stack.redis.url))  # redis_client() derives from it
-    redis_client.cache_clear()
-    client = stack.redis.client()
-
-    def beat(hostname: str, pid: int) -> None:
-        client.set(HEARTBEAT_KEY_PREFIX + hostname, json.dumps({"pid": pid, "inflight": 1,
-                                                                "at": time.time()}), ex=15)
-
-    yield beat
-    redis_client.cache_clear()
 
 
 def running(job: str, slot_back: int, worker: str, pid: int) -> JobRun:

@@ -16,7 +16,7 @@ import pytest
 from celery import Celery
 
 from scheduler.tables import JOBS
-from tests.documents.broker import FAST_LEASES
+from tests.documents.broker import FAST_RECOVERY
 from tests.procs import wait_until
 
 pytestmark = pytest.mark.processes
@@ -25,7 +25,7 @@ DIGEST = "reports.daily_digest"
 
 @pytest.mark.all_configs
 def test_a_run_whose_pool_child_was_killed_is_marked_lost(make_stack, measure):
-    stack = make_stack(env=FAST_LEASES)
+    stack = make_stack(env=FAST_RECOVERY)
     with stack.db() as conn:
         conn.executemany(
             "INSERT INTO auth_user (password, is_superuser, username, first_name, last_name, "
