@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from tests.documents.broker import (
-    FAST_RECOVERY,
     FAST_RECONCILER,
+    FAST_RECOVERY,
     drop_queued_message,
     drop_unacked_message,
 )

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.documents.broker import FAST_RECOVERY, FAST_RECONCILER
+from tests.documents.broker import FAST_RECONCILER, FAST_RECOVERY
 from tests.hosts.cluster import AppHost, DataHost, app_host
 
 HOST_B, HOST_C = "127.0.0.3", "127.0.0.4"
