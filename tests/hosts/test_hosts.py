@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.documents.broker import _document_id
+from tests.documents.broker import document_of
 from tests.documents.tally import all_finished, sample_text, tally
 from tests.hosts.cluster import app_host
 from tests.hosts.conftest import FAST, Cluster
@@ -154,7 +154,7 @@ def drop_lease(cluster: Cluster, doc_id: int) -> int:
     """Delete the document's in-flight entry: only the live-run check protects it now."""
     client = cluster.data.redis.client()
     tags = [tag for tag, entry in client.hgetall("unacked").items()
-            if _document_id(json.loads(entry)[0]) == doc_id]
+            if document_of(json.dumps(json.loads(entry)[0])) == doc_id]
     for tag in tags:
         client.pipeline().hdel("unacked", tag).zrem("unacked_index", tag).execute()
     return len(tags)

@@ -135,7 +135,7 @@ REVERSIBLE = '''from django.db import migrations
 
 
 class Migration(migrations.Migration):
-    dependencies = [("documents", "0001_initial")]
+    dependencies = [("documents", "{latest}")]
     operations = [migrations.RunSQL("CREATE TABLE upgrade_probe (id integer)",
                                     reverse_sql="DROP TABLE upgrade_probe")]
 '''
@@ -147,7 +147,7 @@ def forwards(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("documents", "0001_initial")]
+    dependencies = [("documents", "{latest}")]
     operations = [migrations.RunPython(forwards)]
 '''
 
@@ -158,7 +158,11 @@ def source_with_migration(directory: Path, migration: str) -> Path:
     subprocess.run(f"tar -C {ROOT} --exclude=./.venv --exclude=./var --exclude=./.git "
                    f"--exclude=__pycache__ -cf - . | tar -C {directory} -xf -",
                    shell=True, check=True, timeout=120)
-    (directory / "apps/documents/migrations/0002_upgrade_probe.py").write_text(migration)
+    migrations = directory / "apps/documents/migrations"
+    latest = max(p.stem for p in migrations.glob("0*.py"))
+    number = int(latest[:4]) + 1
+    (migrations / f"{number:04d}_upgrade_probe.py").write_text(
+        migration.replace("{latest}", latest))
     return directory
 
 
