@@ -79,8 +79,8 @@ def documents_recover(*, grace_s: float | None = None) -> Recovered:
     result = Recovered(abandoned=abandoned, orphaned=orphaned,
                        took_s=time.monotonic() - started)
     if result.requeued:
-        logger.warning("documents: re-enqueued %d abandoned %s and %d orphaned %s (%.3f s)",
-                       len(abandoned), abandoned[:20], len(orphaned), orphaned[:20],
+        logger.warning("documents: re-enqueued %d document(s): abandoned %s, orphaned %s "
+                       "(%.3f s)", len(result.requeued), abandoned[:20], orphaned[:20],
                        result.took_s)
     return result
 

@@ -133,8 +133,8 @@ def test_primary_sigkilled_under_submissions_loses_and_doubles_nothing(sentinel_
                        "WHERE outcome = 'done'")
     finished_after = [db_time(r[1]) for r in runs if db_time(r[0]) > killed_at]
     # Messages the failover lost (acknowledged to the web, not yet on the replica) come back
-    # through the reconciler; it logs each pass that re-enqueued something.
-    requeued = sum(int(n) for w in workers for n in REQUEUED.findall(w.log()))
+    # through the leader's recovery (or the reconciler); each logs a pass that re-enqueued.
+    requeued = sum(int(n) for p in workers + beats for n in REQUEUED.findall(p.log()))
     assert requeued >= 1, "no acknowledged message was lost: the test did not test recovery"
 
     # The old primary comes back as a replica of the new one; no platform process uses it.
@@ -198,7 +198,7 @@ def test_primary_frozen_past_the_failover_then_thawed_loses_and_doubles_nothing(
     assert result.doubled == 0, result
     timed = submitter.timed()
     first_202 = min(at for sent, status, _, at in timed if sent > frozen_at and status == 202)
-    requeued = sum(int(n) for w in workers for n in REQUEUED.findall(w.log()))
+    requeued = sum(int(n) for p in workers + beats for n in REQUEUED.findall(p.log()))
     assert any(b.alive() for b in beats), "no beat left to lead"
     measure(**result.as_dict(), answered_503=statuses.count(503),
             beats_exited=sum(1 for b in beats if not b.alive()),
