@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -45,6 +47,11 @@ class Fleet:
     received: int = 0
     workers: Counter[int] = field(default_factory=Counter)
     errors: int = 0
+
+
+def server_cpu_s(servers: list[psutil.Process]) -> float:
+    """CPU seconds (user and system) the web worker processes have used so far."""
+    return sum(sum(p.cpu_times()[:2]) for p in servers)
 
 
 class SSEProtocol(asyncio.Protocol):
@@ -181,9 +188,11 @@ async def measure_system(name: str, url: str, headers: dict[str, str], publish: 
     progress(f"{name}: opening {clients} SSE connections from {processes} client processes")
     fleet, workers, errors = await FleetProcs.start(url, headers, clients, processes)
     progress(f"{name}: connected, per worker {dict(workers)}, errors {errors}")
+    servers = [psutil.Process(pid) for pid in workers]
     phases = []
     for rate in rates:
         await fleet.ask("phase")
+        cpu_before = server_cpu_s(servers)
         count = int(rate * seconds)
         expected = count * (clients - errors)
         started = time.monotonic()
@@ -201,6 +210,7 @@ async def measure_system(name: str, url: str, headers: dict[str, str], publish: 
                 break
             await asyncio.sleep(0.2)  # polling counters against a deadline
         elapsed = time.monotonic() - started
+        cpu_s = server_cpu_s(servers) - cpu_before
         answers = await fleet.ask("collect")
         latencies = [x for r in answers for x in r["latencies"]]
         received = sum(r["received"] for r in answers)
@@ -209,12 +219,16 @@ async def measure_system(name: str, url: str, headers: dict[str, str], publish: 
                  "offered_per_s": count / publish_s,
                  "delivered": received, "delivered_per_s": received / elapsed,
                  "publish_s": publish_s, "p50_ms": lat["p50"] * 1000,
+                 # The web workers' CPU time per event delivered to one connection: the
+                 # fan-out's cost, which a busy machine stretches in time but not in CPU.
+                 "server_cpu_us_per_delivery": 1e6 * cpu_s / max(received, 1),
                  "p99_ms": lat["p99"] * 1000, "max_ms": lat["max"] * 1000}
         phases.append(phase)
         progress(f"{name}: {rate:g} ev/s (offered {count / publish_s:.1f}) -> "
                  f"delivered {received}/{expected}, "
                  f"p50 {phase['p50_ms']:.1f} ms, p99 {phase['p99_ms']:.1f} ms, "
-                 f"max {phase['max_ms']:.1f} ms")
+                 f"max {phase['max_ms']:.1f} ms, "
+                 f"{phase['server_cpu_us_per_delivery']:.1f} us CPU per delivery")
         if received < expected * 0.999 or phase["p99_ms"] > 2000:
             progress(f"{name}: not sustained at {rate:g} ev/s; stopping here")
             break
@@ -384,7 +398,8 @@ def main() -> None:
             print(f"  {p['rate']:>5g} ev/s (offered {p['offered_per_s']:.1f}): "
                   f"delivered {p['delivered']}/{p['expected']} "
                   f"({p['delivered_per_s']:.0f}/s), latency p50 {p['p50_ms']:.1f} ms, "
-                  f"p99 {p['p99_ms']:.1f} ms, max {p['max_ms']:.1f} ms")
+                  f"p99 {p['p99_ms']:.1f} ms, max {p['max_ms']:.1f} ms, "
+                  f"{p['server_cpu_us_per_delivery']:.1f} us CPU per delivery")
     print(f"\nwrote {path} and {png}")
 
 
