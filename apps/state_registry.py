@@ -19,6 +19,9 @@ REGISTRY: list[Classified] = [
     Classified("celery_conf/connections.py", "redis_client", C.NONE,
                "one redis-py connection pool per process: a resource, not data; "
                "redis-py resets it after fork"),
+    Classified("celery_conf/connections.py", "async_subscriber", C.NONE,
+               "the hub's pub/sub connection while one subscription lasts: a resource, not "
+               "data; closed on leaving with its connections to the sentinels"),
     Classified("apps/ops/status.py", "SECTIONS", C.NONE, CONSTANT),
     Classified("apps/ops/management/commands/audit_state.py", "RENDER", C.NONE, CONSTANT),
     Classified("apps/state_registry.py", "REGISTRY", C.NONE, CONSTANT),
@@ -45,7 +48,7 @@ REGISTRY: list[Classified] = [
                "one connection's watch for its session's end: a subscriber on the hub that "
                "hears only the control channel's session ends (adr/0018, adr/0019)"),
     Classified("apps/events/stream.py", "live", C.BROADCAST,
-               "the live part of event_stream: this connection's bounded queue, fed by the hub"),
+               "the live part of event_stream: this connection's bounded backlog, fed by the hub"),
     Classified("apps/stream_front.py", "_auth_pool", C.NONE,
                "a fixed pool of threads per web worker that authenticate new streams: a "
                "resource, not data; each call closes its database connection"),

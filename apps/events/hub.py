@@ -20,12 +20,7 @@ from typing import Any, Literal
 import redis.asyncio as aioredis
 from django.conf import settings
 
-from celery_conf.connections import (
-    RedisTarget,
-    async_close,
-    async_log_client,
-    async_subscriber,
-)
+from celery_conf.connections import RedisTarget, async_log_client, async_subscriber
 
 from .bus import CHANNEL, CONTROL_CHANNEL
 from .types import Event, StreamId, decode
@@ -267,7 +262,10 @@ class Hub:
 
     async def _listen(self) -> None:
         # Under Sentinel the connection goes to whichever server is primary now.
-        client = async_subscriber(self.target)
+        async with async_subscriber(self.target) as client:
+            await self._follow(client)
+
+    async def _follow(self, client: aioredis.Redis) -> None:
         pubsub = client.pubsub()
         try:
             # Events and session control share this one connection: a missed control
@@ -305,7 +303,6 @@ class Hub:
                 await self._report(client)
         finally:
             await pubsub.aclose()
-            await async_close(client)
 
     def _take(self, message: dict[str, Any], batch: list[Event]) -> None:
         """Add an event message to ``batch``; act on a control message, in order."""
