@@ -145,6 +145,12 @@ def test_a_bad_port_is_refused_before_flower_starts():
     assert out.returncode != 0 and "--port must be 1-65535" in out.stderr
 
 
+def flower_version() -> str:
+    from importlib.metadata import version
+
+    return version("flower")
+
+
 def start_flower(stack: Stack, name: str) -> tuple[Proc, str]:
     """``manage.py flower`` as platform/supervisord.conf runs it; its base URL once it answers."""
     port = free_port()
@@ -244,7 +250,8 @@ def test_events_flow_only_while_someone_views_flower(make_stack, measure):
         flower, base = start_flower(stack, "flower-restarted")
         wait_until(lambda: worker_said("disabled") == 2, timeout=30,
                    what="the restarted Flower switches the events off")
-        measure(flower_gate_idle_s=IDLE_S, events_on_after_first_view_s=round(enabled_after_s, 2),
+        measure(flower=flower_version(), flower_gate_idle_s=IDLE_S,
+                events_on_after_first_view_s=round(enabled_after_s, 2),
                 events_off_after_last_view_s=round(disabled_after_s, 2))
     finally:
         events.close()
@@ -272,7 +279,8 @@ def test_with_the_first_sentinel_down_the_queue_view_is_the_platforms_status(
     lengths = requests.get(base + "/api/queues/length", auth=AUTH, timeout=30)
     wait_until(lambda: "Unable to get queues" in flower.log(), timeout=10,
                what="Flower logs why the Broker tab is empty")
-    assert status == 200 and not QUEUE_ROW.search(page)  # a Broker tab with no queue rows
+    # Flower 2.2.0 answers 200 with an empty table, 2.0.1 answers 500: no queue either way.
+    assert status in (200, 500) and not QUEUE_ROW.search(page), (status, page[-500:])
     assert lengths.status_code == 500
     queues = json.loads(stack.manage("status", "--json").stdout)["queues"]
     assert queues["documents"] == 3
@@ -282,7 +290,7 @@ def test_with_the_first_sentinel_down_the_queue_view_is_the_platforms_status(
     group.sentinels[0].start(primary_port=group.primary_port())
     wait_until(lambda: QUEUE_ROW.search(broker_tab()[1]), timeout=30,
                what="the Broker tab lists the documents queue again")
-    measure(broker_tab_status=status, broker_tab_queue_rows=0,
+    measure(flower=flower_version(), broker_tab_status=status, broker_tab_queue_rows=0,
             queue_length_api_status=lengths.status_code,
             flower_logged=re.search(r"No master found for '\w+'|\w+Error", logged)[0],
             status_documents=queues["documents"])
