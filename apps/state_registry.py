@@ -49,6 +49,11 @@ REGISTRY: list[Classified] = [
                "hears only the control channel's session ends (adr/0018, adr/0019)"),
     Classified("apps/events/stream.py", "live", C.BROADCAST,
                "the live part of event_stream: this connection's bounded backlog, fed by the hub"),
+    Classified("apps/stream_wire.py", "VERIFIED", C.NONE, CONSTANT),
+    Classified("apps/stream_wire.py", "CYCLES", C.NONE, CONSTANT),
+    Classified("apps/stream_wire.py", "verified", C.NONE,
+               "whether the installed uvicorn and HTTP parser are the releases the fast path "
+               "was verified on: the same answer in every process of one installation"),
     Classified("apps/stream_front.py", "_auth_pool", C.NONE,
                "a fixed pool of threads per web worker that authenticate new streams: a "
                "resource, not data; each call closes its database connection"),

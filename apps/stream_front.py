@@ -30,6 +30,8 @@ from django.db import connections
 from django.http import HttpRequest, QueryDict, parse_cookie
 from django.utils.module_loading import import_string
 
+from apps.stream_wire import Wire, wire_of
+
 log = logging.getLogger(__name__)
 
 Scope = dict[str, Any]
@@ -53,6 +55,8 @@ class StreamRequest:
     headers: dict[str, str]  # lower-case names, latin-1 values (as ASGI delivers them)
     loop_ends_at: float  # the stream must end by then (event-loop clock): session expiry
     loop_auth_started: float  # when its authentication began (event-loop clock)
+    # The socket, for the hub's direct writes (apps/stream_wire.py); None: ASGI send only.
+    wire: Wire | None = None
 
 
 class StreamRefused(Exception):
@@ -163,7 +167,8 @@ async def _serve(scope: Scope, receive: Receive, send: Send, endpoint: Endpoint)
     ends_at = loop.time() + min(user.expires_at - time.time(), settings.STREAMS_MAX_LIFE_S)
     request = StreamRequest(
         user=user, headers=headers, loop_ends_at=ends_at, loop_auth_started=auth_started,
-        query=QueryDict(scope.get("query_string", b""), encoding="utf-8"))
+        query=QueryDict(scope.get("query_string", b""), encoding="utf-8"),
+        wire=wire_of(scope, send))
     try:
         chunks = await endpoint(request)
     except StreamRefused as refused:
@@ -183,6 +188,7 @@ async def _stream(receive: Receive, send: Send, chunks: AsyncIterator[bytes]) ->
 
     watcher = asyncio.create_task(watch_disconnect())
     try:
+        # 200 and no Content-Length: chunked to an HTTP/1.1 client (apps/stream_wire.py).
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", b"text/event-stream; charset=utf-8"),
             (b"cache-control", b"no-cache"),

@@ -15,7 +15,7 @@ import logging
 import os
 import time
 from collections import deque
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import redis.asyncio as aioredis
 from django.conf import settings
@@ -23,7 +23,11 @@ from django.conf import settings
 from celery_conf.connections import RedisTarget, async_log_client, async_subscriber
 
 from .bus import CHANNEL, CONTROL_CHANNEL
+from .frames import event_chunk
 from .types import Event, StreamId, decode
+
+if TYPE_CHECKING:
+    from apps.stream_wire import Wire
 
 log = logging.getLogger(__name__)
 
@@ -56,15 +60,21 @@ class Subscriber:
     and costs the connection one wake-up and one ASGI send; no timer is made or cancelled per
     event (adr/0035).
 
+    With a ``wire`` (apps/stream_wire.py), while the connection is ``idle`` the hub writes the
+    event's bytes straight to its socket instead: no wake-up, no send. ``position`` is then
+    the newest event id the client has been sent; the hub advances it and skips anything not
+    newer (the replay may already have sent an event the subscription delivers later).
+
     A subscriber with ``events=False`` hears only session ends: it is what a stream that is
     not on the bus (telemetry, adr/0010) attaches to end with its session.
     """
 
     __slots__ = ("user_id", "session", "since", "maxsize", "pending", "closed", "wake_at",
-                 "events", "_waiter", "_timer")
+                 "events", "wire", "position", "_waiter", "_timer")
 
     def __init__(self, *, user_id: int, session: str = "", maxsize: int,
-                 since: float = float("inf"), events: bool = True) -> None:
+                 since: float = float("inf"), events: bool = True,
+                 wire: Wire | None = None) -> None:
         self.user_id = user_id
         self.session = session  # a hash naming the login (apps.events.sessions)
         # When its authentication started (event-loop clock): a session ended after that may
@@ -76,6 +86,8 @@ class Subscriber:
         self.pending: deque[Event] = deque()  # delivered, not yet sent
         self.closed: CloseReason | None = None
         self.events = events
+        self.wire = wire
+        self.position: StreamId = (0, 0)
         self._waiter: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
 
@@ -83,6 +95,14 @@ class Subscriber:
     def waiting(self) -> bool:
         """The connection is blocked in ``wait()``."""
         return self._waiter is not None
+
+    @property
+    def idle(self) -> bool:
+        """Blocked in ``wait()`` and not yet woken, with nothing delivered: everything it
+        yielded has been sent, so bytes written to its wire now come next, in order."""
+        waiter = self._waiter
+        return (waiter is not None and not waiter.done() and not self.pending
+                and self.closed is None)
 
     def deliver(self, event: Event) -> bool:
         """Hand ``event`` to the connection; False when its backlog is full (too far behind)."""
@@ -197,17 +217,47 @@ class Hub:
             self._dirty = True
 
     def _dispatch(self, events: list[Event]) -> None:
-        """Hand ``events`` (in log order) to every connection they are for."""
+        """Hand ``events`` (in log order) to every connection they are for.
+
+        An idle connection with a wire gets them written to its socket at once, in one write;
+        any other (busy sending, with a backlog, or its socket backed up) gets them delivered
+        to its backlog, so the order on its wire stays the log's order.
+        """
         if all(e.user_id is None for e in events):
             targets, mixed = self._all, False
         elif len(events) == 1:
             targets, mixed = self._by_user.get(events[0].user_id, set()), False
         else:
             targets, mixed = self._all, True  # several addressees: filter per connection
+        whole: bytes | None = None  # the batch's bytes, shared by connections that need all
+        first = events[0].sid
         for sub in list(targets):
-            for event in events:
-                if mixed and event.user_id is not None and event.user_id != sub.user_id:
+            mine = events
+            if mixed:
+                mine = [e for e in events if e.user_id is None or e.user_id == sub.user_id]
+                if not mine:
                     continue
+            wire = sub.wire
+            if wire is not None and sub.idle and wire.writable():
+                if sub.position >= mine[-1].sid:
+                    continue  # the replay sent these already
+                if mine is events and sub.position < first:
+                    if whole is None:
+                        whole = b"".join([event_chunk(e) for e in events])
+                    data = whole
+                else:
+                    data = b"".join([event_chunk(e) for e in mine if e.sid > sub.position])
+                try:
+                    wire.write(data)
+                except (OSError, RuntimeError):
+                    # This one socket failed under us: end its stream (the client resyncs),
+                    # never the subscription every other stream depends on.
+                    self.detach(sub)
+                    sub.close("lost")
+                    continue
+                sub.position = mine[-1].sid
+                continue
+            for event in mine:
                 if not sub.deliver(event):
                     # Too far behind: cut it off instead of buffering without bound. The
                     # client reconnects with Last-Event-ID and catches up from the log.
@@ -332,8 +382,10 @@ class Hub:
         if now - self._reported_at < due:
             return
         self._reported_at, self._dirty = now, False
-        state = {"connections": len(self._all), "generation": self.generation,
-                 "at": time.time()}
+        # "direct": streams whose socket this hub may write to (adr/0035); ops and tests.
+        direct = sum(1 for sub in self._all if sub.wire is not None)
+        state = {"connections": len(self._all), "direct": direct,
+                 "generation": self.generation, "at": time.time()}
         # Keyed by host and pid: a pid alone repeats across hosts (adr/0026).
         await client.hset(WORKERS_KEY, f"{settings.PLATFORM_HOST_NAME}:{os.getpid()}",
                           json.dumps(state))

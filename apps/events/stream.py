@@ -14,6 +14,7 @@ import json
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 import redis
 from django.conf import settings
@@ -25,13 +26,17 @@ from .hub import BusUnavailable, Hub, Subscriber, get_hub, log_client
 from .replay import LogGap, log_after, log_tail
 from .types import StreamId, format_id, parse_id
 
+if TYPE_CHECKING:
+    from apps.stream_wire import Wire
+
 
 def resync_frame(reason: str, *, id: str | None = None) -> bytes:
     return frame(event="resync", id=id, data=json.dumps({"reason": reason}))
 
 
 async def event_stream(*, user_id: int, session: str, cursor: str | None,
-                       ends_at: float, since: float) -> AsyncIterator[bytes]:
+                       ends_at: float, since: float, wire: Wire | None = None
+                       ) -> AsyncIterator[bytes]:
     """The stream for ``user_id``; ``cursor`` is the last event id the client holds.
 
     ``session`` names the login the stream belongs to (a hash, never the key itself): ending
@@ -39,11 +44,13 @@ async def event_stream(*, user_id: int, session: str, cursor: str | None,
     (``apps.events.sessions``). It also ends at ``ends_at`` (the event loop's clock): the
     session's expiry, or the longest life a stream gets before it must authenticate again.
     Any cursor gets a defined answer: the events after it, or ``resync`` when it is not an
-    id, or is older than the log (or newer than it: a reset log).
+    id, or is older than the log (or newer than it: a reset log). With a ``wire`` (the
+    connection's socket, apps/stream_wire.py) the hub writes live events straight to it while
+    the stream is idle; every frame this generator yields still goes through the caller.
     """
     hub = get_hub()
     sub = Subscriber(user_id=user_id, session=session, maxsize=settings.EVENTS_CLIENT_QUEUE,
-                     since=since)
+                     since=since, wire=wire)
     try:
         yield frame(comment=f"worker {os.getpid()}", retry=settings.EVENTS_RETRY_MS)
         try:
@@ -102,7 +109,13 @@ async def live(sub: Subscriber, *, hub: Hub, generation: int, position: StreamId
             return
         if not pending:
             if now < sub.wake_at:
+                # Everything yielded so far has been sent (this generator resumes only after
+                # the caller's send): until the wait ends the hub may write events newer than
+                # ``position`` straight to the wire, advancing sub.position.
+                sub.position = position
                 await sub.wait()
+                if sub.position > position:
+                    position = announced = sub.position
                 continue  # look again: an event, a close or the deadline
             # Idle for heartbeat_s. The heartbeat may move the client's cursor to the hub's
             # position only if nothing is waiting in this connection's backlog: an event can

@@ -25,4 +25,4 @@ async def notifications_stream(request: StreamRequest) -> AsyncIterator[bytes]:
         cursor = cursor[:CURSOR_MAX_CHARS + 1]  # anything longer parses as "not an id"
     return event_stream(user_id=request.user.id, session=session_hash(request.user.session_key),
                         cursor=cursor, ends_at=request.loop_ends_at,
-                        since=request.loop_auth_started)
+                        since=request.loop_auth_started, wire=request.wire)

@@ -45,6 +45,67 @@ async def _race(rounds: int) -> list[bytes]:
     return frames
 
 
+class _Wire:
+    """The socket side of a connection, as the hub sees it: writes recorded in order."""
+
+    def __init__(self) -> None:
+        self.out: list[bytes] = []
+        self.open = True  # False: the transport has bytes buffered (a backed-up client)
+
+    def writable(self) -> bool:
+        return self.open
+
+    def write(self, chunk: bytes) -> None:
+        self.out.append(chunk)
+
+
+async def _race_wired(rounds: int) -> tuple[list[bytes], _Wire]:
+    """The hub writing an idle connection's events straight to the wire, each event twice;
+    every other round the wire is backed up, so the event goes through the backlog. An open
+    round ends with the heartbeat (a direct write does not wake the stream)."""
+    loop = asyncio.get_running_loop()
+    hub = Hub("redis://unused")
+    hub.generation = 1
+    hub.position = (1, 0)
+    wire = _Wire()
+    sub = Subscriber(user_id=1, session="s", maxsize=8, wire=wire)  # type: ignore[arg-type]
+    hub._all.add(sub)
+    hub._by_user[1] = {sub}
+    stream = live(sub, hub=hub, generation=1, position=(1, 0), heartbeat_s=0.05,
+                  ends_at=loop.time() + 60)
+    yielded: list[bytes] = []
+    for i in range(rounds):
+        wire.open = i % 2 == 0
+        pending = asyncio.ensure_future(anext(stream))
+        while not sub.waiting:
+            await asyncio.sleep(0)
+        # Twice while it waits, once replayed already (the hub must not send it again).
+        loop.call_soon(hub._dispatch, [_event(f"{i + 2}-0")])
+        loop.call_soon(hub._dispatch, [_event(f"{i + 2}-0")])
+        yielded.append(await pending)
+        while sub.pending:
+            yielded.append(await anext(stream))
+    await stream.aclose()
+    return yielded, wire
+
+
+def test_events_written_straight_to_the_wire_arrive_once_in_order() -> None:
+    yielded, wire = asyncio.run(_race_wired(rounds=20))
+    out = b"".join(wire.out).split(b"\r\n")
+    # Each direct write is whole HTTP chunks: size line, then exactly that many bytes.
+    direct = [payload for size, payload in zip(out[0::2], out[1::2], strict=False)
+              if size and int(size, 16) == len(payload)]
+    assert len(direct) == len(wire.out), wire.out
+
+    def ids(frames: list[bytes]) -> list[str]:
+        return [line.split(b": ", 1)[1].decode() for f in frames if b"event: broadcast" in f
+                for line in f.split(b"\n") if line.startswith(b"id: ")]
+
+    # Once each: the open rounds' events on the wire, the backed-up rounds' through the backlog.
+    assert ids(direct) == [f"{i + 2}-0" for i in range(0, 20, 2)], wire.out
+    assert ids(yielded) == [f"{i + 2}-0" for i in range(1, 20, 2)], yielded
+
+
 def test_a_heartbeat_in_the_same_pass_as_an_event_never_skips_it() -> None:
     frames = asyncio.run(_race(rounds=20))
     sent = [f for f in frames if b"event: broadcast" in f]
