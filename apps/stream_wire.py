@@ -18,8 +18,8 @@ The rest is asyncio's public transport API: a direct write only while the transp
 and has nothing buffered, so bytes never pass the server's own flow control or an unfinished
 send. On any other uvicorn, h11 or httptools release ``wire_of`` returns None and logs once:
 streams then take the public ASGI path, slower, with the same guarantees (order, no event
-twice, the slow-client cut-off). tests/test_stream_wire.py breaks when these internals change
-shape on the pinned versions.
+twice, the slow-client cut-off); ``STREAMS_DIRECT_WRITES=false`` chooses that path anyway.
+tests/test_stream_wire.py breaks when these internals change shape on the pinned versions.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ from collections.abc import Awaitable, Callable
 from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
+
+from django.conf import settings
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +82,10 @@ class Wire:
 
 
 def wire_of(scope: dict[str, Any], send: Callable[..., Awaitable[None]]) -> Wire | None:
-    """The connection's wire, or None: not HTTP/1.1 GET under a verified uvicorn protocol."""
+    """The connection's wire, or None: switched off (STREAMS_DIRECT_WRITES), or not HTTP/1.1
+    GET under a verified uvicorn protocol."""
+    if not settings.STREAMS_DIRECT_WRITES:
+        return None
     if scope.get("http_version") != "1.1" or scope.get("method") != "GET":
         return None
     cycle = getattr(send, "__self__", None)

@@ -2,15 +2,18 @@
 
     .venv/bin/python loadtests/sse_fanout.py [--clients 1000] [--rates 5,10,20,40,80,160,320]
         [--seconds 5] [--client-processes 3] [--burners 2 --name sse_fanout_busy]
+        [--http h11] [--bus direct,public] [--skip-channels]
 
 1,000 concurrent SSE connections (bare asyncio protocols, in several client processes, so the
 clients are not the limit) spread over uvicorn's two web worker processes; a separate
 publisher process sends broadcasts at each rate for --seconds, each carrying its send time;
-every connection records the delay to receipt. The same run then repeats the fan-out on
-Django Channels + channels_redis (loadtests/channels_ref/) on the same Redis and machine as
-the reference. Loopback only, bounded in count and time. Prints the figures and writes
-loadtests/results/<name>.{json,png}; --burners adds CPU-burning processes (a busy machine)
-for the whole run.
+every connection records the delay to receipt, and each phase the web workers' CPU time per
+delivery. The bus is measured as shipped (direct writes to idle sockets, apps/stream_wire.py)
+and with ASGI send only (``--bus``); the same run then repeats the fan-out on Django
+Channels + channels_redis (loadtests/channels_ref/) on the same Redis and machine as the
+reference. ``--http h11`` is what the platform's units run. Loopback only, bounded in count
+and time. Prints the figures and writes loadtests/results/<name>.{json,png}; --burners adds
+CPU-burning processes (a busy machine) for the whole run.
 """
 
 from __future__ import annotations
@@ -37,6 +40,9 @@ sys.path.insert(0, str(ROOT))
 from loadtests.common import new_figure, progress, save_figure, save_json, summary  # noqa: E402
 
 DRAIN_S = 15.0  # after the last publish, how long stragglers may still arrive
+BUS_NAMES = {"direct": "event bus (this product)",
+             "public": "event bus, ASGI send only (STREAMS_DIRECT_WRITES=false)"}
+CHANNELS_NAME = "Channels + channels_redis"
 
 
 @dataclass
@@ -331,10 +337,14 @@ def main() -> None:
     parser.add_argument("--burners", type=int, default=0,
                         help="CPU-burning processes beside the run (a busy machine)")
     parser.add_argument("--name", default="sse_fanout", help="results file name")
-    parser.add_argument("--http", default="auto", choices=["auto", "httptools", "h11"],
+    # h11: what platform/supervisord.conf and the systemd unit run (its header-size cap, adr/0020).
+    parser.add_argument("--http", default="h11", choices=["auto", "httptools", "h11"],
                         help="uvicorn's HTTP implementation, for both systems")
     parser.add_argument("--seconds", type=float, default=5.0, help="length of each phase")
     parser.add_argument("--skip-channels", action="store_true")
+    parser.add_argument("--bus", type=lambda v: v.split(","), default=["direct", "public"],
+                        help="the bus's paths to measure, in order: direct (the hub writes "
+                             "idle sockets, as shipped), public (ASGI send only)")
     args = parser.parse_args()
     rates = [float(r) for r in args.rates.split(",")]
 
@@ -351,13 +361,16 @@ def main() -> None:
     burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
                for _ in range(args.burners)]
     try:
-        web = stack.start_web(workers=2, uvicorn_args=("--http", args.http))
-        cookie = "; ".join(f"{k}={v}" for k, v in web.session().http.cookies.items())
-        results.append(asyncio.run(measure_system(
-            "event bus (this product)", web.base + "/api/notifications/stream/",
-            {"Cookie": cookie}, ["publish-product"], args.clients, rates, args.seconds,
-            stack.env, args.client_processes)))
-        web.proc.stop()
+        for path in args.bus:
+            # STREAMS_DIRECT_WRITES: the hub's direct writes to idle sockets, or ASGI send only.
+            web = stack.start_web(workers=2, uvicorn_args=("--http", args.http),
+                                  STREAMS_DIRECT_WRITES=str(path == "direct").lower())
+            cookie = "; ".join(f"{k}={v}" for k, v in web.session().http.cookies.items())
+            results.append(asyncio.run(measure_system(
+                BUS_NAMES[path], web.base + "/api/notifications/stream/",
+                {"Cookie": cookie}, ["publish-product"], args.clients, rates, args.seconds,
+                stack.env, args.client_processes)))
+            web.proc.stop()
         if not args.skip_channels:
             port = free_port()
             env = {**stack.env, "DJANGO_SETTINGS_MODULE": "loadtests.channels_ref.settings",
@@ -373,7 +386,7 @@ def main() -> None:
             wait_until(lambda: socket.create_connection(("127.0.0.1", port), 1).close() or True,
                        timeout=60, what="channels server listening")
             results.append(asyncio.run(measure_system(
-                "Channels + channels_redis", f"http://127.0.0.1:{port}/stream/", {},
+                CHANNELS_NAME, f"http://127.0.0.1:{port}/stream/", {},
                 ["publish-channels"], args.clients, rates, args.seconds, env,
                 args.client_processes)))
     finally:
@@ -381,14 +394,16 @@ def main() -> None:
             burner.kill()
             burner.wait()
         stack.stop()
-    ratio = None
-    if len(results) == 2 and results[1]["sustained_events_per_s"]:
-        ratio = results[0]["sustained_events_per_s"] / results[1]["sustained_events_per_s"]
+    ratios = {}
+    channels = next((r for r in results if r["system"] == CHANNELS_NAME), None)
+    if channels and channels["sustained_events_per_s"]:
+        ratios = {r["system"]: r["sustained_events_per_s"] / channels["sustained_events_per_s"]
+                  for r in results if r is not channels}
     path = save_json(args.name, {
         "clients": args.clients, "seconds": args.seconds, "cpus": os.cpu_count(),
         "burners": args.burners, "client_processes": args.client_processes, "http": args.http,
         "machine": "2 cores, shared with other engineers' test runs (loaded)",
-        "sustained_ratio_bus_over_channels": ratio, "results": results})
+        "bus_paths": args.bus, "sustained_ratio_over_channels": ratios, "results": results})
     png = plot(results, args.name, args.burners)
     print()
     for res in results:

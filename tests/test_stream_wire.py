@@ -112,3 +112,16 @@ def test_a_send_that_is_not_uvicorns_gets_no_wire():
         pass
 
     assert stream_wire.wire_of({"http_version": "1.1", "method": "GET"}, send) is None
+
+
+def test_direct_writes_switched_off_give_no_wire(settings):
+    settings.STREAMS_DIRECT_WRITES = False
+    seen: dict[str, Any] = {}
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        seen["wire"] = stream_wire.wire_of(scope, send)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    asyncio.run(_serve_once("h11", app, b"GET /s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"))
+    assert seen["wire"] is None

@@ -282,6 +282,11 @@ STREAMS_AUTH_THREADS = env_int("STREAMS_AUTH_THREADS", 2)
 # reconnects, authenticating again: the bound for session changes no signal reports (a
 # session row deleted by hand). Logout, deactivation and password changes end streams at once.
 STREAMS_MAX_LIFE_S = env_float("STREAMS_MAX_LIFE_S", 900.0)
+# The hub writes an idle stream's events straight to its socket (apps/stream_wire.py, adr/0035)
+# on the uvicorn, h11 and httptools releases that path was verified on: about half the CPU per
+# delivery of ASGI's send. False: every event through ASGI send (loadtests/sse_fanout.py
+# measures both).
+STREAMS_DIRECT_WRITES = env_bool("STREAMS_DIRECT_WRITES", True)
 
 
 # --- reports: periodic jobs (intervals: scheduler/tables.py; election: scheduler/settings.py)
