@@ -22,6 +22,9 @@ REGISTRY: list[Classified] = [
     Classified("celery_conf/heartbeat.py", "_in_pool_process", C.NONE,
                "whether this process is a worker's pool child, set once as it starts: a fact "
                "about the process itself, true in each pool process by nature"),
+    Classified("celery_conf/connections.py", "async_subscriber", C.NONE,
+               "the hub's pub/sub connection while one subscription lasts: a resource, not "
+               "data; closed on leaving with its connections to the sentinels"),
     Classified("apps/ops/status.py", "SECTIONS", C.NONE, CONSTANT),
     Classified("apps/ops/management/commands/audit_state.py", "RENDER", C.NONE, CONSTANT),
     Classified("apps/state_registry.py", "REGISTRY", C.NONE, CONSTANT),
@@ -48,7 +51,12 @@ REGISTRY: list[Classified] = [
                "one connection's watch for its session's end: a subscriber on the hub that "
                "hears only the control channel's session ends (adr/0018, adr/0019)"),
     Classified("apps/events/stream.py", "live", C.BROADCAST,
-               "the live part of event_stream: this connection's bounded queue, fed by the hub"),
+               "the live part of event_stream: this connection's bounded backlog, fed by the hub"),
+    Classified("apps/stream_wire.py", "VERIFIED", C.NONE, CONSTANT),
+    Classified("apps/stream_wire.py", "CYCLES", C.NONE, CONSTANT),
+    Classified("apps/stream_wire.py", "verified", C.NONE,
+               "whether the installed uvicorn and HTTP parser are the releases the fast path "
+               "was verified on: the same answer in every process of one installation"),
     Classified("apps/stream_front.py", "_auth_pool", C.NONE,
                "a fixed pool of threads per web worker that authenticate new streams: a "
                "resource, not data; each call closes its database connection"),

@@ -25,10 +25,12 @@ from importlib import import_module
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import DisallowedHost
 from django.db import connections
-from django.http import QueryDict, parse_cookie
-from django.http.request import split_domain_port, validate_host
+from django.http import HttpRequest, QueryDict
 from django.utils.module_loading import import_string
+
+from apps.stream_wire import Wire, wire_of
 
 log = logging.getLogger(__name__)
 
@@ -46,67 +48,6 @@ class StreamUser:
     expires_at: float  # the session's expiry, seconds since the epoch
 
 
-# The server protocols whose response cycle ``Wire`` knows (uvicorn 0.54, pinned): their
-# ``send`` is a bound method of a cycle holding ``transport``, ``flow`` and the response state.
-_KNOWN_CYCLES = frozenset({"uvicorn.protocols.http.h11_impl.RequestResponseCycle",
-                           "uvicorn.protocols.http.httptools_impl.RequestResponseCycle"})
-
-
-class Wire:
-    """A stream connection's socket, for writing pre-framed HTTP chunks with no ASGI send.
-
-    The fan-out's cost was per connection per event: a queue put, a task wake-up, two
-    generators and the server's ``send`` coroutine, for one socket write (adr/0018). The hub
-    instead writes an event's bytes, framed once as an HTTP/1.1 chunk for every connection,
-    straight to each idle connection's transport. It does so only while the response is a
-    chunked HTTP/1.1 body in progress, the client is connected and the transport is not
-    backed up (the server's own flow control; then events queue and a slow client is cut off
-    as before). This reaches into the server's response cycle, so it is enabled only for the
-    pinned uvicorn's two protocols and checked attribute by attribute; anything else gets
-    ``None`` and the ordinary ASGI path.
-    """
-
-    __slots__ = ("_cycle", "_transport", "_flow", "_chunked")
-
-    def __init__(self, cycle: Any) -> None:
-        self._cycle = cycle
-        self._transport: asyncio.Transport = cycle.transport
-        self._flow = cycle.flow
-        self._chunked = False  # known only once the response has started
-
-    def started(self) -> None:
-        """Call after the response start: confirm the body is chunked, or stay disabled."""
-        cycle = self._cycle
-        if hasattr(cycle, "chunked_encoding"):  # httptools
-            self._chunked = cycle.chunked_encoding is True
-        else:  # h11: the body writer it chose for this response
-            writer = getattr(getattr(cycle, "conn", None), "_writer", None)
-            self._chunked = type(writer).__name__ == "ChunkedWriter"
-
-    @property
-    def chunked(self) -> bool:
-        return self._chunked
-
-    def writable(self) -> bool:
-        cycle = self._cycle
-        return (self._chunked and not cycle.response_complete and not cycle.disconnected
-                and not self._flow.write_paused and not self._transport.is_closing())
-
-    def write(self, chunk: bytes) -> None:
-        self._transport.write(chunk)
-
-
-def wire_of(scope: Scope, send: Send) -> Wire | None:
-    cycle = getattr(send, "__self__", None)
-    kind = f"{type(cycle).__module__}.{type(cycle).__qualname__}"
-    if kind not in _KNOWN_CYCLES or scope.get("http_version") != "1.1":
-        return None
-    needed = ("transport", "flow", "response_complete", "disconnected")
-    if not all(hasattr(cycle, name) for name in needed):
-        return None
-    return Wire(cycle)
-
-
 @dataclass(frozen=True)
 class StreamRequest:
     user: StreamUser
@@ -114,7 +55,7 @@ class StreamRequest:
     headers: dict[str, str]  # lower-case names, latin-1 values (as ASGI delivers them)
     loop_ends_at: float  # the stream must end by then (event-loop clock): session expiry
     loop_auth_started: float  # when its authentication began (event-loop clock)
-    # The socket, for the hub's direct writes (None: use only the yielded frames).
+    # The socket, for the hub's direct writes (apps/stream_wire.py); None: ASGI send only.
     wire: Wire | None = None
 
 
@@ -173,6 +114,22 @@ def _session_user(session_key: str) -> StreamUser | None:
         connections.close_all()  # this thread goes back to the pool with no connection
 
 
+def _host_allowed(headers: dict[str, str]) -> bool:
+    """Django's own Host check (``HttpRequest.get_host``: ALLOWED_HOSTS, USE_X_FORWARDED_HOST,
+    the DEBUG localhost default), on a request that carries only the headers it reads."""
+    if not headers.get("host"):
+        return False  # HTTP/1.1 requires one; get_host would fall back to SERVER_NAME
+    request = HttpRequest()
+    request.META["HTTP_HOST"] = headers["host"]
+    if "x-forwarded-host" in headers:
+        request.META["HTTP_X_FORWARDED_HOST"] = headers["x-forwarded-host"]
+    try:
+        request.get_host()
+    except DisallowedHost:
+        return False
+    return True
+
+
 async def _respond_json(send: Send, status: int, body: dict[str, Any],
                         headers: dict[str, str] | None = None) -> None:
     payload = json.dumps(body).encode()
@@ -183,16 +140,29 @@ async def _respond_json(send: Send, status: int, body: dict[str, Any],
     await send({"type": "http.response.body", "body": payload})
 
 
+def _cookies(headers: dict[str, str]) -> dict[str, str]:
+    """The Cookie header's pairs, split as browsers send them (RFC 6265 5.4: ``; `` between
+    pairs, the first ``=`` in each); a repeated name keeps its last value, as Django's own
+    request parsing does, so a stream and a page of the same browser see the same session.
+    Only the session cookie is read, whose value (a session key) never needs unquoting."""
+    cookies: dict[str, str] = {}
+    for pair in headers.get("cookie", "").split(";"):
+        name, sep, value = pair.partition("=")
+        name = name.strip()
+        if sep and name:
+            cookies[name] = value.strip()
+    return cookies
+
+
 async def _serve(scope: Scope, receive: Receive, send: Send, endpoint: Endpoint) -> None:
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-    host, _port = split_domain_port(headers.get("host", ""))
-    if not host or not validate_host(host, settings.ALLOWED_HOSTS):
+    if not _host_allowed(headers):
         await _respond_json(send, 400, {"error": "Bad Host header."})
         return
     if scope["method"] != "GET":
         await _respond_json(send, 405, {"error": "Streams are read with GET."}, {"Allow": "GET"})
         return
-    session_key = parse_cookie(headers.get("cookie", "")).get(settings.SESSION_COOKIE_NAME, "")
+    session_key = _cookies(headers).get(settings.SESSION_COOKIE_NAME, "")
     user = None
     loop = asyncio.get_running_loop()
     auth_started = loop.time()
@@ -209,20 +179,19 @@ async def _serve(scope: Scope, receive: Receive, send: Send, endpoint: Endpoint)
                             {"WWW-Authenticate": 'Session realm="platform"'})
         return
     ends_at = loop.time() + min(user.expires_at - time.time(), settings.STREAMS_MAX_LIFE_S)
-    wire = wire_of(scope, send)
     request = StreamRequest(
         user=user, headers=headers, loop_ends_at=ends_at, loop_auth_started=auth_started,
-        query=QueryDict(scope.get("query_string", b""), encoding="utf-8"), wire=wire)
+        query=QueryDict(scope.get("query_string", b""), encoding="utf-8"),
+        wire=wire_of(scope, send))
     try:
         chunks = await endpoint(request)
     except StreamRefused as refused:
         await _respond_json(send, refused.status, {"error": refused.message}, refused.headers)
         return
-    await _stream(receive, send, chunks, wire)
+    await _stream(receive, send, chunks)
 
 
-async def _stream(receive: Receive, send: Send, chunks: AsyncIterator[bytes],
-                  wire: Wire | None = None) -> None:
+async def _stream(receive: Receive, send: Send, chunks: AsyncIterator[bytes]) -> None:
     me = asyncio.current_task()
     assert me is not None
 
@@ -233,14 +202,13 @@ async def _stream(receive: Receive, send: Send, chunks: AsyncIterator[bytes],
 
     watcher = asyncio.create_task(watch_disconnect())
     try:
+        # 200 and no Content-Length: chunked to an HTTP/1.1 client (apps/stream_wire.py).
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", b"text/event-stream; charset=utf-8"),
             (b"cache-control", b"no-cache"),
             (b"x-accel-buffering", b"no"),  # nginx: pass each event through at once
             (b"x-content-type-options", b"nosniff"),
         ]})
-        if wire is not None:
-            wire.started()
         async for chunk in chunks:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
             if watcher.done():

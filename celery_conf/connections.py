@@ -12,6 +12,8 @@ never holds a list of Redis servers of its own (adr/0025).
 from __future__ import annotations
 
 import ssl
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -188,45 +190,42 @@ class _BlockingSentinelPool(AsyncSentinelPool, aioredis.BlockingConnectionPool):
 
 
 def _async_primary(target: RedisTarget, *, timeout: float,
-                   **kwargs: Any) -> aioredis.Redis:
+                   **kwargs: Any) -> tuple[aioredis.Redis, AsyncSentinel | None]:
     """An asyncio client of ``target``'s primary: the URL's server, or whichever server the
-    sentinels name at each connect (asked with ``timeout`` at most)."""
+    sentinels name at each connect (asked with ``timeout`` at most), with the ``Sentinel``
+    that asks them (None for a single Redis): closing the client leaves the sentinels'
+    connections open, closing the ``Sentinel`` closes them."""
     if not target.sentinel:
         tls = _tls_kwargs(target)
         tls.pop("ssl", None)  # the scheme says it
-        return aioredis.Redis.from_url(target.url, **kwargs, **tls)
+        return aioredis.Redis.from_url(target.url, **kwargs, **tls), None
     sentinel = AsyncSentinel(list(target.sentinels),
                              sentinel_kwargs=_sentinel_kwargs(target, timeout=timeout,
                                                               asynchronous=True),
                              password=target.password or None, db=target.db,
                              **kwargs, **_tls_kwargs(target))
-    return sentinel.master_for(target.master)
+    return sentinel.master_for(target.master), sentinel
 
 
-def async_subscriber(target: RedisTarget) -> aioredis.Redis:
-    """The hub's pub/sub client: no transparent reconnect (a silent resubscribe would hide
-    the events missed meanwhile; the hub resyncs its streams instead), no command timeout
-    (a subscription waits for messages; the hub PINGs it)."""
-    return _async_primary(target, timeout=CONNECT_TIMEOUT_S, decode_responses=True,
-                          retry=AsyncRetry(NoBackoff(), 0),
-                          socket_connect_timeout=CONNECT_TIMEOUT_S, socket_keepalive=True)
-
-
-def async_client(target: RedisTarget, *, timeout: float = COMMAND_TIMEOUT_S) -> aioredis.Redis:
-    """A short-lived asyncio client of the current primary, asking every sentinel: Flower's
-    Broker tab builds one per view from the broker URL's first address only
-    (apps/ops/flower_gate.py). Close it with ``async_close``."""
-    return _async_primary(target, timeout=timeout, socket_timeout=timeout,
-                          socket_connect_timeout=timeout, retry=AsyncRetry(NoBackoff(), 0))
-
-
-async def async_close(client: aioredis.Redis) -> None:
-    """Close ``client`` and, under Sentinel, its connections to the sentinels (the hub makes
-    a new subscriber at every reconnect; without this each one would leave three sockets)."""
-    await client.aclose()
-    manager = getattr(client.connection_pool, "sentinel_manager", None)
-    if manager is not None:
-        await manager.aclose()
+@asynccontextmanager
+async def async_subscriber(target: RedisTarget) -> AsyncIterator[aioredis.Redis]:
+    """The hub's pub/sub client, closed on leaving with its connections to the sentinels (the
+    hub makes a new one at every reconnect; each would otherwise leave one socket open per
+    sentinel asked). No transparent reconnect (a silent resubscribe would hide the events
+    missed meanwhile; the hub resyncs its streams instead), no command timeout (a
+    subscription waits for messages; the hub PINGs it)."""
+    client, sentinel = _async_primary(target, timeout=CONNECT_TIMEOUT_S, decode_responses=True,
+                                      retry=AsyncRetry(NoBackoff(), 0),
+                                      socket_connect_timeout=CONNECT_TIMEOUT_S,
+                                      socket_keepalive=True)
+    try:
+        yield client
+    finally:
+        try:
+            await client.aclose()
+        finally:
+            if sentinel is not None:
+                await sentinel.aclose()
 
 
 def async_log_client(target: RedisTarget) -> aioredis.Redis:

@@ -16,7 +16,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.development")
 from apps.stream_front import with_streams  # noqa: E402  (needs the settings loaded above)
 
 # Outermost: SSE streams, before Django's handler (adr/0018); they are GET only and never read
-# a body, and the hub writes to their sockets directly, so nothing may wrap their ``send``.
+# a body, and the hub writes to their sockets directly (apps/stream_wire.py: it finds the
+# socket through uvicorn's own ``send``), so nothing may wrap their ``send``.
 # Then the body limit, before anything reads a byte; then Django.
 application = with_streams(BodyLimitMiddleware(
     get_asgi_application(),

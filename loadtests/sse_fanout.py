@@ -2,15 +2,18 @@
 
     .venv/bin/python loadtests/sse_fanout.py [--clients 1000] [--rates 5,10,20,40,80,160,320]
         [--seconds 5] [--client-processes 3] [--burners 2 --name sse_fanout_busy]
+        [--http h11] [--bus direct,public] [--skip-channels]
 
 1,000 concurrent SSE connections (bare asyncio protocols, in several client processes, so the
 clients are not the limit) spread over uvicorn's two web worker processes; a separate
 publisher process sends broadcasts at each rate for --seconds, each carrying its send time;
-every connection records the delay to receipt. The same run then repeats the fan-out on
-Django Channels + channels_redis (loadtests/channels_ref/) on the same Redis and machine as
-the reference. Loopback only, bounded in count and time. Prints the figures and writes
-loadtests/results/<name>.{json,png}; --burners adds CPU-burning processes (a busy machine)
-for the whole run.
+every connection records the delay to receipt, and each phase the web workers' CPU time per
+delivery. The bus is measured as shipped (direct writes to idle sockets, apps/stream_wire.py)
+and with ASGI send only (``--bus``); the same run then repeats the fan-out on Django
+Channels + channels_redis (loadtests/channels_ref/) on the same Redis and machine as the
+reference. ``--http h11`` is what the platform's units run. Loopback only, bounded in count
+and time. Prints the figures and writes loadtests/results/<name>.{json,png}; --burners adds
+CPU-burning processes (a busy machine) for the whole run.
 """
 
 from __future__ import annotations
@@ -29,12 +32,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from loadtests.common import new_figure, progress, save_figure, save_json, summary  # noqa: E402
 
 DRAIN_S = 15.0  # after the last publish, how long stragglers may still arrive
+BUS_NAMES = {"direct": "event bus (this product)",
+             "public": "event bus, ASGI send only (STREAMS_DIRECT_WRITES=false)"}
+CHANNELS_NAME = "Channels + channels_redis"
 
 
 @dataclass
@@ -45,6 +53,11 @@ class Fleet:
     received: int = 0
     workers: Counter[int] = field(default_factory=Counter)
     errors: int = 0
+
+
+def server_cpu_s(servers: list[psutil.Process]) -> float:
+    """CPU seconds (user and system) the web worker processes have used so far."""
+    return sum(sum(p.cpu_times()[:2]) for p in servers)
 
 
 class SSEProtocol(asyncio.Protocol):
@@ -181,9 +194,11 @@ async def measure_system(name: str, url: str, headers: dict[str, str], publish: 
     progress(f"{name}: opening {clients} SSE connections from {processes} client processes")
     fleet, workers, errors = await FleetProcs.start(url, headers, clients, processes)
     progress(f"{name}: connected, per worker {dict(workers)}, errors {errors}")
+    servers = [psutil.Process(pid) for pid in workers]
     phases = []
     for rate in rates:
         await fleet.ask("phase")
+        cpu_before = server_cpu_s(servers)
         count = int(rate * seconds)
         expected = count * (clients - errors)
         started = time.monotonic()
@@ -201,6 +216,7 @@ async def measure_system(name: str, url: str, headers: dict[str, str], publish: 
                 break
             await asyncio.sleep(0.2)  # polling counters against a deadline
         elapsed = time.monotonic() - started
+        cpu_s = server_cpu_s(servers) - cpu_before
         answers = await fleet.ask("collect")
         latencies = [x for r in answers for x in r["latencies"]]
         received = sum(r["received"] for r in answers)
@@ -209,12 +225,16 @@ async def measure_system(name: str, url: str, headers: dict[str, str], publish: 
                  "offered_per_s": count / publish_s,
                  "delivered": received, "delivered_per_s": received / elapsed,
                  "publish_s": publish_s, "p50_ms": lat["p50"] * 1000,
+                 # The web workers' CPU time per event delivered to one connection: the
+                 # fan-out's cost, which a busy machine stretches in time but not in CPU.
+                 "server_cpu_us_per_delivery": 1e6 * cpu_s / max(received, 1),
                  "p99_ms": lat["p99"] * 1000, "max_ms": lat["max"] * 1000}
         phases.append(phase)
         progress(f"{name}: {rate:g} ev/s (offered {count / publish_s:.1f}) -> "
                  f"delivered {received}/{expected}, "
                  f"p50 {phase['p50_ms']:.1f} ms, p99 {phase['p99_ms']:.1f} ms, "
-                 f"max {phase['max_ms']:.1f} ms")
+                 f"max {phase['max_ms']:.1f} ms, "
+                 f"{phase['server_cpu_us_per_delivery']:.1f} us CPU per delivery")
         if received < expected * 0.999 or phase["p99_ms"] > 2000:
             progress(f"{name}: not sustained at {rate:g} ev/s; stopping here")
             break
@@ -317,10 +337,14 @@ def main() -> None:
     parser.add_argument("--burners", type=int, default=0,
                         help="CPU-burning processes beside the run (a busy machine)")
     parser.add_argument("--name", default="sse_fanout", help="results file name")
-    parser.add_argument("--http", default="auto", choices=["auto", "httptools", "h11"],
+    # h11: what platform/supervisord.conf and the systemd unit run (its header-size cap, adr/0020).
+    parser.add_argument("--http", default="h11", choices=["auto", "httptools", "h11"],
                         help="uvicorn's HTTP implementation, for both systems")
     parser.add_argument("--seconds", type=float, default=5.0, help="length of each phase")
     parser.add_argument("--skip-channels", action="store_true")
+    parser.add_argument("--bus", type=lambda v: v.split(","), default=["direct", "public"],
+                        help="the bus's paths to measure, in order: direct (the hub writes "
+                             "idle sockets, as shipped), public (ASGI send only)")
     args = parser.parse_args()
     rates = [float(r) for r in args.rates.split(",")]
 
@@ -337,13 +361,16 @@ def main() -> None:
     burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
                for _ in range(args.burners)]
     try:
-        web = stack.start_web(workers=2, uvicorn_args=("--http", args.http))
-        cookie = "; ".join(f"{k}={v}" for k, v in web.session().http.cookies.items())
-        results.append(asyncio.run(measure_system(
-            "event bus (this product)", web.base + "/api/notifications/stream/",
-            {"Cookie": cookie}, ["publish-product"], args.clients, rates, args.seconds,
-            stack.env, args.client_processes)))
-        web.proc.stop()
+        for path in args.bus:
+            # STREAMS_DIRECT_WRITES: the hub's direct writes to idle sockets, or ASGI send only.
+            web = stack.start_web(workers=2, uvicorn_args=("--http", args.http),
+                                  STREAMS_DIRECT_WRITES=str(path == "direct").lower())
+            cookie = "; ".join(f"{k}={v}" for k, v in web.session().http.cookies.items())
+            results.append(asyncio.run(measure_system(
+                BUS_NAMES[path], web.base + "/api/notifications/stream/",
+                {"Cookie": cookie}, ["publish-product"], args.clients, rates, args.seconds,
+                stack.env, args.client_processes)))
+            web.proc.stop()
         if not args.skip_channels:
             port = free_port()
             env = {**stack.env, "DJANGO_SETTINGS_MODULE": "loadtests.channels_ref.settings",
@@ -359,7 +386,7 @@ def main() -> None:
             wait_until(lambda: socket.create_connection(("127.0.0.1", port), 1).close() or True,
                        timeout=60, what="channels server listening")
             results.append(asyncio.run(measure_system(
-                "Channels + channels_redis", f"http://127.0.0.1:{port}/stream/", {},
+                CHANNELS_NAME, f"http://127.0.0.1:{port}/stream/", {},
                 ["publish-channels"], args.clients, rates, args.seconds, env,
                 args.client_processes)))
     finally:
@@ -367,14 +394,16 @@ def main() -> None:
             burner.kill()
             burner.wait()
         stack.stop()
-    ratio = None
-    if len(results) == 2 and results[1]["sustained_events_per_s"]:
-        ratio = results[0]["sustained_events_per_s"] / results[1]["sustained_events_per_s"]
+    ratios = {}
+    channels = next((r for r in results if r["system"] == CHANNELS_NAME), None)
+    if channels and channels["sustained_events_per_s"]:
+        ratios = {r["system"]: r["sustained_events_per_s"] / channels["sustained_events_per_s"]
+                  for r in results if r is not channels}
     path = save_json(args.name, {
         "clients": args.clients, "seconds": args.seconds, "cpus": os.cpu_count(),
         "burners": args.burners, "client_processes": args.client_processes, "http": args.http,
         "machine": "2 cores, shared with other engineers' test runs (loaded)",
-        "sustained_ratio_bus_over_channels": ratio, "results": results})
+        "bus_paths": args.bus, "sustained_ratio_over_channels": ratios, "results": results})
     png = plot(results, args.name, args.burners)
     print()
     for res in results:
@@ -384,7 +413,8 @@ def main() -> None:
             print(f"  {p['rate']:>5g} ev/s (offered {p['offered_per_s']:.1f}): "
                   f"delivered {p['delivered']}/{p['expected']} "
                   f"({p['delivered_per_s']:.0f}/s), latency p50 {p['p50_ms']:.1f} ms, "
-                  f"p99 {p['p99_ms']:.1f} ms, max {p['max_ms']:.1f} ms")
+                  f"p99 {p['p99_ms']:.1f} ms, max {p['max_ms']:.1f} ms, "
+                  f"{p['server_cpu_us_per_delivery']:.1f} us CPU per delivery")
     print(f"\nwrote {path} and {png}")
 
 

@@ -1,9 +1,8 @@
 """An event's bytes on the wire, built once per event and worker and shared by every connection.
 
-``event_frame`` is the server-sent-event frame (what a stream generator yields);
-``event_chunk`` is the same frame already framed as one HTTP/1.1 chunk, which the hub writes
-straight to an idle connection's socket (``apps.stream_front.Wire``), so a broadcast to 500
-connections encodes once and costs each connection one write and nothing else.
+``event_frame`` is the server-sent-event frame a stream yields; ``event_chunk`` is the same
+frame already framed as one HTTP/1.1 chunk, which the hub writes straight to an idle
+connection's socket (``apps.stream_wire``): a broadcast to 500 connections encodes once.
 """
 
 from __future__ import annotations

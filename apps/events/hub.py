@@ -20,19 +20,14 @@ from typing import TYPE_CHECKING, Any, Literal
 import redis.asyncio as aioredis
 from django.conf import settings
 
-from celery_conf.connections import (
-    RedisTarget,
-    async_close,
-    async_log_client,
-    async_subscriber,
-)
+from celery_conf.connections import RedisTarget, async_log_client, async_subscriber
 
 from .bus import CHANNEL, CONTROL_CHANNEL
 from .frames import event_chunk
 from .types import Event, StreamId, decode
 
 if TYPE_CHECKING:
-    from apps.stream_front import Wire
+    from apps.stream_wire import Wire
 
 log = logging.getLogger(__name__)
 
@@ -56,20 +51,26 @@ class BusUnavailable(Exception):
 
 
 class Subscriber:
-    """One client connection: a bounded queue the hub fills and the connection drains.
+    """One client connection: a bounded backlog the hub fills and the connection drains.
 
-    While the connection waits idle in its live phase (``idle``, queue empty, socket not
-    backed up), the hub writes an event's pre-framed bytes straight to its ``wire`` instead:
-    no queue put, no task wake-up, no await chain, one write. ``position`` is then the newest
-    event id the client has been sent; the hub advances it and skips anything not newer (the
-    replay may already have sent an event the subscription delivers later).
+    The connection's task waits in ``wait()`` for one of three things: the hub delivering an
+    event, the subscriber being closed, or its deadline (``wake_at``: the next heartbeat or
+    the stream's end). The deadline is one timer per subscriber, re-armed only when it fires
+    early: an event costs the hub an append and, for an idle connection, one future's result,
+    and costs the connection one wake-up and one ASGI send; no timer is made or cancelled per
+    event (adr/0035).
+
+    With a ``wire`` (apps/stream_wire.py), while the connection is ``idle`` the hub writes the
+    event's bytes straight to its socket instead: no wake-up, no send. ``position`` is then
+    the newest event id the client has been sent; the hub advances it and skips anything not
+    newer (the replay may already have sent an event the subscription delivers later).
 
     A subscriber with ``events=False`` hears only session ends: it is what a stream that is
     not on the bus (telemetry, adr/0010) attaches to end with its session.
     """
 
-    __slots__ = ("user_id", "session", "since", "queue", "closed", "wake_at", "events",
-                 "wire", "idle", "position")
+    __slots__ = ("user_id", "session", "since", "maxsize", "pending", "closed", "wake_at",
+                 "events", "wire", "position", "_waiter", "_timer")
 
     def __init__(self, *, user_id: int, session: str = "", maxsize: int,
                  since: float = float("inf"), events: bool = True,
@@ -79,29 +80,85 @@ class Subscriber:
         # When its authentication started (event-loop clock): a session ended after that may
         # not have been seen by the authentication's read.
         self.since = since
-        self.wake_at = 0.0  # when the stream's current wait times out (event-loop clock)
-        # None in the queue only wakes the reader up to look at ``closed``.
-        self.queue: asyncio.Queue[Event | None] = asyncio.Queue(maxsize=maxsize)
+        # When the connection's current wait times out (event-loop clock); 0: no deadline.
+        self.wake_at = 0.0
+        self.maxsize = maxsize
+        self.pending: deque[Event] = deque()  # delivered, not yet sent
         self.closed: CloseReason | None = None
         self.events = events
         self.wire = wire
-        self.idle = False  # set only while the stream awaits its queue with nothing to send
         self.position: StreamId = (0, 0)
+        self._waiter: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    @property
+    def waiting(self) -> bool:
+        """The connection is blocked in ``wait()``."""
+        return self._waiter is not None
+
+    @property
+    def idle(self) -> bool:
+        """Blocked in ``wait()`` and not yet woken, with nothing delivered: everything it
+        yielded has been sent, so bytes written to its wire now come next, in order."""
+        waiter = self._waiter
+        return (waiter is not None and not waiter.done() and not self.pending
+                and self.closed is None)
+
+    def deliver(self, event: Event) -> bool:
+        """Hand ``event`` to the connection; False when its backlog is full (too far behind)."""
+        if len(self.pending) >= self.maxsize:
+            return False
+        self.pending.append(event)
+        self._wake()
+        return True
 
     def close(self, reason: CloseReason) -> None:
         if self.closed is None:
             self.closed = reason
+        self._wake()
+
+    async def wait(self) -> None:
+        """Until an event is delivered, the subscriber is closed or ``wake_at`` has passed."""
+        if self.pending or self.closed is not None:
+            return
+        loop = asyncio.get_running_loop()
+        if self.wake_at and (self._timer is None or self._timer.when() > self.wake_at):
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = loop.call_at(self.wake_at, self._deadline)
+        self._waiter = waiter = loop.create_future()
         try:
-            self.queue.put_nowait(None)
-        except asyncio.QueueFull:
-            pass  # the reader is behind; it checks ``closed`` before its next get
+            await waiter
+        finally:
+            self._waiter = None
+
+    def stop_timer(self) -> None:
+        """The connection is done: drop its deadline timer (call when detaching)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _deadline(self) -> None:
+        self._timer = None
+        if not self.wake_at:
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() < self.wake_at:  # moved later since the timer was armed
+            self._timer = loop.call_at(self.wake_at, self._deadline)
+            return
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
 
 class Hub:
     def __init__(self, target: RedisTarget) -> None:
         self.target = target
         self.generation = 0  # one per successful subscription
-        # The newest event this subscription delivered: everything up to it is in the queues.
+        # The newest event this subscription delivered: everything up to it is in the backlogs.
         self.position: StreamId | None = None
         self._by_user: dict[int, set[Subscriber]] = {}
         self._all: set[Subscriber] = set()
@@ -144,6 +201,7 @@ class Hub:
         return self.generation
 
     def detach(self, sub: Subscriber) -> None:
+        sub.stop_timer()
         watchers = self._watchers.get(sub.user_id)
         if watchers is not None and sub in watchers:
             watchers.discard(sub)
@@ -161,9 +219,9 @@ class Hub:
     def _dispatch(self, events: list[Event]) -> None:
         """Hand ``events`` (in log order) to every connection they are for.
 
-        An idle connection gets them written to its socket at once, in one write; one that is
-        busy (sending, or with a queue to drain, or whose socket is backed up) gets them queued,
-        so the order on its wire stays the log's order.
+        An idle connection with a wire gets them written to its socket at once, in one write;
+        any other (busy sending, with a backlog, or its socket backed up) gets them delivered
+        to its backlog, so the order on its wire stays the log's order.
         """
         if all(e.user_id is None for e in events):
             targets, mixed = self._all, False
@@ -172,7 +230,7 @@ class Hub:
         else:
             targets, mixed = self._all, True  # several addressees: filter per connection
         whole: bytes | None = None  # the batch's bytes, shared by connections that need all
-        first, last = events[0].sid, events[-1].sid
+        first = events[0].sid
         for sub in list(targets):
             mine = events
             if mixed:
@@ -180,8 +238,7 @@ class Hub:
                 if not mine:
                     continue
             wire = sub.wire
-            if (wire is not None and sub.idle and sub.closed is None and sub.queue.empty()
-                    and wire.writable()):
+            if wire is not None and sub.idle and wire.writable():
                 if sub.position >= mine[-1].sid:
                     continue  # the replay sent these already
                 if mine is events and sub.position < first:
@@ -201,15 +258,13 @@ class Hub:
                 sub.position = mine[-1].sid
                 continue
             for event in mine:
-                try:
-                    sub.queue.put_nowait(event)
-                except asyncio.QueueFull:
+                if not sub.deliver(event):
                     # Too far behind: cut it off instead of buffering without bound. The
                     # client reconnects with Last-Event-ID and catches up from the log.
                     self.detach(sub)
                     sub.close("behind")
                     break
-        self.position = last
+        self.position = events[-1].sid
 
     def _end_sessions(self, raw: str) -> None:
         """Close the streams of a user whose login ended or whose credentials changed."""
@@ -257,7 +312,10 @@ class Hub:
 
     async def _listen(self) -> None:
         # Under Sentinel the connection goes to whichever server is primary now.
-        client = async_subscriber(self.target)
+        async with async_subscriber(self.target) as client:
+            await self._follow(client)
+
+    async def _follow(self, client: aioredis.Redis) -> None:
         pubsub = client.pubsub()
         try:
             # Events and session control share this one connection: a missed control
@@ -295,7 +353,6 @@ class Hub:
                 await self._report(client)
         finally:
             await pubsub.aclose()
-            await async_close(client)
 
     def _take(self, message: dict[str, Any], batch: list[Event]) -> None:
         """Add an event message to ``batch``; act on a control message, in order."""
@@ -325,8 +382,8 @@ class Hub:
         if now - self._reported_at < due:
             return
         self._reported_at, self._dirty = now, False
-        # "direct": streams whose socket this hub may write to (adr/0018); ops and tests.
-        direct = sum(1 for sub in self._all if sub.wire is not None and sub.wire.chunked)
+        # "direct": streams whose socket this hub may write to (adr/0035); ops and tests.
+        direct = sum(1 for sub in self._all if sub.wire is not None)
         state = {"connections": len(self._all), "direct": direct,
                  "generation": self.generation, "at": time.time()}
         # Keyed by host and pid: a pid alone repeats across hosts (adr/0026).

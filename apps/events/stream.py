@@ -2,7 +2,7 @@
 
 ``event_stream`` is all a page needs to serve the bus to one browser. Order matters for
 "exactly once": the connection attaches to its worker's hub first (so every later event reaches
-its queue), then reads the log after the client's cursor, then drains the queue, dropping what
+its backlog), then reads the log after the client's cursor, then drains the backlog, dropping what
 the replay already sent (ids are the log's stream ids, in order). It does no sync work at all:
 the caller authenticates before, and no thread or database connection is held while it waits.
 """
@@ -27,7 +27,7 @@ from .replay import LogGap, log_after, log_tail
 from .types import StreamId, format_id, parse_id
 
 if TYPE_CHECKING:
-    from apps.stream_front import Wire
+    from apps.stream_wire import Wire
 
 
 def resync_frame(reason: str, *, id: str | None = None) -> bytes:
@@ -45,8 +45,8 @@ async def event_stream(*, user_id: int, session: str, cursor: str | None,
     session's expiry, or the longest life a stream gets before it must authenticate again.
     Any cursor gets a defined answer: the events after it, or ``resync`` when it is not an
     id, or is older than the log (or newer than it: a reset log). With a ``wire`` (the
-    connection's socket, from the front), the hub writes live events straight to it while the
-    stream is idle; every frame this generator yields still goes through the caller, in order.
+    connection's socket, apps/stream_wire.py) the hub writes live events straight to it while
+    the stream is idle; every frame this generator yields still goes through the caller.
     """
     hub = get_hub()
     sub = Subscriber(user_id=user_id, session=session, maxsize=settings.EVENTS_CLIENT_QUEUE,
@@ -89,9 +89,11 @@ async def event_stream(*, user_id: int, session: str, cursor: str | None,
 
 async def live(sub: Subscriber, *, hub: Hub, generation: int, position: StreamId,
                heartbeat_s: float, ends_at: float) -> AsyncIterator[bytes]:
-    """Drain ``sub``'s queue after the replay; a heartbeat when idle; end at ``ends_at``."""
+    """Drain ``sub``'s backlog after the replay; a heartbeat when idle; end at ``ends_at``."""
     loop = asyncio.get_running_loop()
     announced = position
+    pending = sub.pending
+    sub.wake_at = min(loop.time() + heartbeat_s, ends_at)
     while True:
         if sub.closed == "lost":
             yield resync_frame("live subscription lost")
@@ -99,35 +101,31 @@ async def live(sub: Subscriber, *, hub: Hub, generation: int, position: StreamId
         if sub.closed == "behind":
             yield frame(comment="too far behind: reconnect with Last-Event-ID")
             return
-        if sub.closed == "ended" or loop.time() >= ends_at:
+        now = loop.time()
+        if sub.closed == "ended" or now >= ends_at:
             # The browser reconnects at once and authenticates again: a live session goes on
             # from its Last-Event-ID, an ended one is refused (401).
             yield frame(comment="session check: reconnect to continue")
             return
-        sub.wake_at = min(loop.time() + heartbeat_s, ends_at)
-        # Everything yielded so far has been handed to the socket (this generator resumes
-        # only after the caller's send): from here until the wait ends, the hub may write
-        # events newer than ``position`` straight to the wire and advance sub.position.
-        sub.position = position
-        sub.idle = True
-        timed_out, event = False, None
-        try:
-            async with asyncio.timeout_at(sub.wake_at):
-                event = await sub.queue.get()
-        except TimeoutError:
-            timed_out = True
-        finally:
-            sub.idle = False
-            if sub.position > position:  # the hub wrote events to the wire meanwhile
-                position = announced = sub.position
-        if timed_out:
-            if loop.time() >= ends_at:
+        if not pending:
+            if now < sub.wake_at:
+                # Everything yielded so far has been sent (this generator resumes only after
+                # the caller's send): until the wait ends the hub may write events newer than
+                # ``position`` straight to the wire, advancing sub.position.
+                sub.position = position
+                await sub.wait()
+                if sub.position > position:
+                    position = announced = sub.position
+                continue  # look again: an event, a close or the deadline
+            # Idle for heartbeat_s. The heartbeat may move the client's cursor to the hub's
+            # position only if nothing is waiting in this connection's backlog: an event can
+            # land in it in the same loop pass as the deadline (the deadline wins, the event
+            # stays queued), and the hub's position already counts it. Moving the cursor then
+            # would skip it.
+            sub.wake_at = min(now + heartbeat_s, ends_at)
+            if now >= ends_at:
                 continue
-            # Idle. The heartbeat may move the client's cursor to the hub's position only if
-            # nothing is waiting in this connection's queue: an event can land in it in the
-            # same loop pass as the timeout (the timeout wins, the event stays queued), and
-            # the hub's position already counts it. Moving the cursor then would skip it.
-            if (sub.queue.empty() and hub.generation == generation and hub.position
+            if (not pending and hub.generation == generation and hub.position
                     and hub.position > position):
                 position = hub.position
             if position > announced:
@@ -136,19 +134,19 @@ async def live(sub: Subscriber, *, hub: Hub, generation: int, position: StreamId
             else:
                 yield frame(comment="heartbeat")
             continue
-        if event is None or event.sid <= position:
-            continue  # a wake-up, or an event the replay already sent
-        # Everything else already queued goes out in the same write: when the machine is
-        # busy and a connection wakes late, one send carries the backlog instead of one
-        # task switch and one socket write per event (the fan-out's tail, adr/0018).
-        chunks = [event_frame(event)]
-        position = event.sid
-        while not sub.queue.empty():
-            more = sub.queue.get_nowait()
-            if more is not None and more.sid > position:
-                chunks.append(event_frame(more))
-                position = more.sid
+        # Everything already delivered goes out in one send: when the machine is busy and a
+        # connection wakes late, one send carries the backlog instead of one wake-up and one
+        # socket write per event (the fan-out's tail, adr/0018).
+        chunks = []
+        while pending:
+            event = pending.popleft()
+            if event.sid > position:  # else the replay already sent it
+                chunks.append(event_frame(event))
+                position = event.sid
+        if not chunks:
+            continue
         announced = position
+        sub.wake_at = min(now + heartbeat_s, ends_at)
         yield chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
@@ -159,7 +157,7 @@ async def session_watch(*, user_id: int, session: str, since: float
 
     The watch rides on the worker's one existing subscription (the hub's control channel):
     nothing is published and no event is delivered to it. It yields a ``Subscriber`` whose
-    ``closed`` is set, and whose queue is woken, when the session ends or the subscription is
+    ``closed`` is set, and whose ``wait()`` returns, when the session ends or the subscription is
     lost (an end may have gone unheard: the stream should end and authenticate again). It
     yields None when the bus is unavailable within ``EVENTS_ATTACH_TIMEOUT_S``; the caller
     then bounds the stream's life by other means.

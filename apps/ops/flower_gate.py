@@ -1,54 +1,57 @@
-"""Flower that switches the workers' task events on only while someone is looking at it.
+"""The workers' task events on only while someone views Flower, through public interfaces only.
 
-Flower 2.2.0, while it runs, sends ``enable_events`` to every worker every 5 s
-(``flower.events.Events.on_enable_events`` on a timer of ``events_enable_interval`` ms) and
-never ``disable_events``: the workers pay for task events all the time, whether or not anyone
-looks (adr/0015, adr/0022). ``manage.py flower`` starts the same Flower with two hooks, both
-installed by ``install`` below and nowhere else:
+``manage.py flower`` runs Flower's own command with ``--enable_events=False``: Flower then never
+sends ``enable_events`` (that option stops only its 5 s enable timer; it still consumes the
+event stream, worker heartbeats included, and still sends ``inspect`` broadcasts when a page
+asks). The platform switches events itself (adr/0036):
 
-- every request Flower authenticates (``flower.views.BaseHandler.get_current_user`` returning
-  a user: basic auth or OAuth as configured) stamps the time a viewer was last seen. Flower's
-  dashboard polls its API every second while open; other pages call it on each click;
-- Flower's periodic ``enable_events`` is sent only while a viewer was seen within the idle
-  window; on the first tick after the window lapses it broadcasts ``disable_events`` once (and
-  once at start, for events a previous Flower left on).
+- **A viewer is seen in Tornado's ``tornado.access`` log.** Tornado logs every finished request
+  of the Flower it serves there ("<status> <method> <uri> (<ip>) <ms>ms"); ``AccessWatch`` is a
+  logging handler on that logger in the same process. A viewer is a GET answered 2xx on any
+  path but those that need no login (``/metrics``, ``/healthcheck``, ``/static/``, ``/login``):
+  a 401 (refused basic auth), a redirect to the login, a 404 and an OPTIONS are nobody.
+  Flower's dashboard polls its API every second while open; its other pages call it on each
+  click.
+- **The switch is Celery's public control API**, from a thread of this process
+  (``EventSwitch``): ``app.control.enable_events()`` at once on the first view and every tick
+  while viewed (workers started since get them too); ``disable_events()`` once when
+  ``FLOWER_VIEWER_IDLE_S`` has passed without a view, and once at start (a Flower killed while
+  viewed leaves them on).
 
-A third hook, under Sentinel only (``install_broker_client``): Flower's Broker tab (and its
-queue-length API) builds its Redis client from ``conn.as_uri()``, which keeps only the first
-``sentinel://`` address of the broker URL, so with that one sentinel down the queue view
-failed. The hook gives it the platform's own client of the current primary
-(``celery_conf.connections.async_client``), which asks every sentinel, and closes that
-client's sentinel connections after each read.
-
-tests/ops/test_flower_gate.py fails if the pinned Flower's internals these rely on change.
+Nothing of Flower is patched and no Flower version is checked: any release that keeps its
+documented ``--enable_events`` option and serves through Tornado works. A line in the access
+log that cannot be read is logged once and counts as nobody: events stay off, never on for good.
 """
 
 from __future__ import annotations
 
 import logging
+import re
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-import flower
-from flower.events import Events
-from flower.utils.broker import RedisSentinel
-from flower.views import BaseHandler
 from kombu.exceptions import OperationalError
-
-from celery_conf.connections import RedisTarget, async_client, async_close
 
 logger = logging.getLogger(__name__)
 
-# The hooks below replace two methods of this exact release (requirements.txt pins it).
-FLOWER_VERSION = "2.2.0"
+# Tornado's access log: web.Application.log_request writes "%d %s %.2fms" (status, request
+# summary "METHOD URI (remote ip)", time) to this logger, at INFO below 400.
+ACCESS_LOGGER = "tornado.access"
+ACCESS_LINE = re.compile(r"^(?P<status>\d{3}) (?P<method>[A-Z]+) (?P<uri>\S+) \(")
+# Flower's paths that answer without a login: a monitor's scrape or a static file is nobody.
+OPEN_PATHS = ("/metrics", "/healthcheck", "/static/", "/login", "/logout", "/favicon.ico")
+# How often the switch re-sends enable_events while someone views Flower: as Flower's own
+# timer did (events_enable_interval, 5 s), so a worker started meanwhile gets events that soon.
+TICK_S = 5.0
 
 
 class ViewerGate:
-    """When a viewer was last seen, and what the next timer tick should broadcast.
+    """When a viewer was last seen, and what the next tick should broadcast.
 
-    Touched only from Flower's IO loop thread (its request handlers and its timer), so it
-    needs no lock.
+    ``viewed`` is called from Flower's IO loop thread, the rest from the switch's thread; a
+    lock keeps the two consistent.
     """
 
     def __init__(self, *, idle_seconds: float,
@@ -61,76 +64,122 @@ class ViewerGate:
         # Unknown at start: a Flower killed while watched leaves the workers' events on.
         # Assuming "on" makes the first tick switch them off.
         self.events_on = True
+        self.lock = threading.Lock()
+        self.woken = threading.Event()  # a first view: switch on now, not at the next tick
 
     def viewed(self) -> None:
-        self.last_viewed = self.clock()
+        with self.lock:
+            self.last_viewed = self.clock()
+            if not self.events_on:
+                self.woken.set()
 
     def watched(self) -> bool:
-        return (self.last_viewed is not None
-                and self.clock() - self.last_viewed < self.idle_seconds)
+        with self.lock:
+            return self._watched()
 
     def next_command(self) -> str | None:
         """``"enable_events"``, ``"disable_events"`` or None (send nothing) for this tick."""
-        if self.watched():
-            # Every tick while watched, as Flower does: workers started since get events too.
-            self.events_on = True
-            return "enable_events"
-        if self.events_on:
-            self.events_on = False
-            return "disable_events"
+        with self.lock:
+            if self._watched():
+                # Every tick while watched: workers started since get events too.
+                self.events_on = True
+                return "enable_events"
+            if self.events_on:
+                self.events_on = False
+                return "disable_events"
+            return None
+
+    def failed(self, command: str) -> None:
+        """``command`` did not reach the broker: a disable is tried again on the next tick."""
+        if command == "disable_events":
+            with self.lock:
+                self.events_on = True
+
+    def _watched(self) -> bool:
+        return (self.last_viewed is not None
+                and self.clock() - self.last_viewed < self.idle_seconds)
+
+
+def is_view(line: str, *, url_prefix: str = "") -> bool | None:
+    """Whether an access-log line is someone viewing Flower; None when it cannot be read."""
+    match = ACCESS_LINE.match(line)
+    if match is None:
         return None
+    status = int(match["status"])
+    path = match["uri"].split("?", 1)[0]
+    prefix = "/" + url_prefix.strip("/") if url_prefix.strip("/") else ""
+    if prefix and path.startswith(prefix):
+        path = path[len(prefix):] or "/"
+    # GET only: Flower answers OPTIONS with 204 to anyone, and its POSTs are actions, not views.
+    return (match["method"] == "GET" and 200 <= status < 300
+            and not path.startswith(OPEN_PATHS))
 
 
-def install(gate: ViewerGate) -> None:
-    """Hook ``gate`` into Flower's classes; call before Flower's app is built (manage.py flower)."""
-    if flower.__version__ != FLOWER_VERSION:
-        raise RuntimeError(f"apps/ops/flower_gate.py hooks Flower {FLOWER_VERSION}; "
-                           f"installed: {flower.__version__}. Re-read its internals first.")
-    authenticate = BaseHandler.get_current_user
+class AccessWatch(logging.Handler):
+    """A handler on ``tornado.access`` that tells the gate of each view."""
 
-    def get_current_user(handler: BaseHandler) -> Any:
-        user = authenticate(handler)  # raises 401 on bad basic auth: no stamp then
-        if user:
-            gate.viewed()
-        return user
+    def __init__(self, gate: ViewerGate, *, url_prefix: Callable[[], str] = lambda: "") -> None:
+        super().__init__(level=logging.INFO)
+        self.gate = gate
+        self.url_prefix = url_prefix
+        self.unreadable_logged = False
 
-    async def on_enable_events(events: Events) -> None:
-        command = gate.next_command()
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = record.getMessage()
+            view = is_view(line, url_prefix=self.url_prefix())
+        except Exception:  # a handler must never raise into Tornado's request path
+            self.handleError(record)
+            return
+        if view is None:
+            if not self.unreadable_logged:
+                self.unreadable_logged = True
+                logger.error("viewer gate: cannot read Tornado's access log line %.200r; "
+                             "Flower's viewers are not seen and task events stay off", line)
+            return
+        if view:
+            self.gate.viewed()
+
+
+class EventSwitch(threading.Thread):
+    """Sends the gate's commands through ``control`` (a Celery app's ``app.control``)."""
+
+    def __init__(self, gate: ViewerGate, control: Any, *, tick_s: float = TICK_S) -> None:
+        super().__init__(name="flower-event-switch", daemon=True)
+        self.gate = gate
+        self.control = control
+        self.tick_s = tick_s
+
+    def run(self) -> None:
+        while True:
+            self.tick()
+            self.gate.woken.wait(self.tick_s)
+            self.gate.woken.clear()
+
+    def tick(self) -> None:
+        command = self.gate.next_command()
         if command is None:
             return
         try:
-            await events.io_loop.run_in_executor(None, getattr(events.capp.control, command))
-        except (OperationalError, OSError) as exc:  # broker unreachable: as Flower's own
+            getattr(self.control, command)()  # enable_events() or disable_events()
+        except (OperationalError, OSError) as exc:  # broker unreachable: try again later
             logger.warning("viewer gate: %s failed: %s", command, exc)
-            if command == "disable_events":
-                gate.events_on = True  # try again on the next tick
+            self.gate.failed(command)
             return
+        last = self.gate.last_viewed
         logger.info("viewer gate: %s sent (viewer last seen %s)", command,
-                    "never" if gate.last_viewed is None
-                    else f"{gate.clock() - gate.last_viewed:.1f} s ago")
-
-    BaseHandler.get_current_user = get_current_user
-    # Events.__init__ binds self.on_enable_events into its PeriodicCallback: patched before
-    # Flower builds its Events, every tick of Flower's own timer goes through the gate.
-    Events.on_enable_events = on_enable_events
+                    "never" if last is None else f"{self.gate.clock() - last:.1f} s ago")
 
 
-def install_broker_client(target: RedisTarget) -> None:
-    """Under Sentinel, Flower's Broker reads queue lengths through every sentinel of
-    ``target`` instead of the broker URL's first one. A single Redis needs nothing."""
-    if not target.sentinel:
-        return
-    read_queues = RedisSentinel.queues
-
-    def _get_redis_client(broker: RedisSentinel, broker_options: dict[str, Any],
-                          broker_use_ssl: Any) -> Any:
-        return async_client(target, timeout=broker.socket_timeout)
-
-    async def queues(broker: RedisSentinel, names: Any) -> list[dict[str, Any]]:
-        try:
-            return await read_queues(broker, names)
-        finally:
-            await async_close(broker.redis)  # and its sockets to the sentinels
-
-    RedisSentinel._get_redis_client = _get_redis_client
-    RedisSentinel.queues = queues
+def watch_viewers(gate: ViewerGate, control: Any,
+                  *, url_prefix: Callable[[], str] = lambda: "") -> EventSwitch:
+    """Watch Flower's access log and start switching; call before Flower's command runs."""
+    access = logging.getLogger(ACCESS_LOGGER)
+    # Tornado writes 2xx lines at INFO; a quieter root level (FLOWER_LOGGING=warning, set by
+    # Tornado's option parsing after this) must not drop them before this handler. Flower, out
+    # of debug mode, stops the logger propagating, so nothing more is printed.
+    access.setLevel(logging.INFO)
+    access.addHandler(AccessWatch(gate, url_prefix=url_prefix))
+    switch = EventSwitch(gate, control)
+    switch.start()
+    return switch

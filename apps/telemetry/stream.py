@@ -52,7 +52,7 @@ async def telemetry_stream(*, rate_hz: float, max_seconds: float, retry_ms: int,
                 else:  # the wait between samples is also a wait for the session's end
                     try:
                         async with asyncio.timeout(delay):
-                            await watch.queue.get()
+                            await watch.wait()
                     except TimeoutError:
                         pass
             elif -delay > period:

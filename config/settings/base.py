@@ -284,6 +284,11 @@ STREAMS_AUTH_THREADS = env_int("STREAMS_AUTH_THREADS", 2)
 # reconnects, authenticating again: the bound for session changes no signal reports (a
 # session row deleted by hand). Logout, deactivation and password changes end streams at once.
 STREAMS_MAX_LIFE_S = env_float("STREAMS_MAX_LIFE_S", 900.0)
+# The hub writes an idle stream's events straight to its socket (apps/stream_wire.py, adr/0035)
+# on the uvicorn, h11 and httptools releases that path was verified on: about half the CPU per
+# delivery of ASGI's send. False: every event through ASGI send (loadtests/sse_fanout.py
+# measures both).
+STREAMS_DIRECT_WRITES = env_bool("STREAMS_DIRECT_WRITES", True)
 
 
 # --- reports: periodic jobs (intervals: scheduler/tables.py; election: scheduler/settings.py)
@@ -329,11 +334,12 @@ METERING_DAILY_LIMIT = env_int("METERING_DAILY_LIMIT", 1000)
 METERING_FLUSH_S = env_float("METERING_FLUSH_S", 2.0)
 
 
-# --- monitoring: Flower (manage.py flower, apps/ops/flower_gate.py, adr/0022) ---------------
-# How long after Flower last answered an authenticated request the workers keep sending task
-# events. Flower's dashboard polls every second while open; its tasks page fetches on each
-# click, so two minutes keeps events on while someone reads a page, and costs at most two
-# minutes of event overhead (0.37x instead of 0.82x vanilla, adr/0015) after they leave.
+# --- monitoring: Flower (manage.py flower, apps/ops/flower_gate.py, adr/0022, adr/0036) -----
+# How long after Flower last answered a viewer's request (a GET answered 2xx on a page or API
+# path that needs the login) the workers keep sending task events. Flower's dashboard polls
+# every second while open; its tasks page fetches on each click, so two minutes keeps events
+# on while someone reads a page, and costs at most two minutes of event overhead (0.37x
+# instead of 0.82x vanilla, adr/0015) after they leave.
 FLOWER_VIEWER_IDLE_S = env_int("FLOWER_VIEWER_IDLE_S", 120)
 if FLOWER_VIEWER_IDLE_S <= 0:
     raise ImproperlyConfigured(

@@ -1,16 +1,20 @@
 """One home for Redis clients: every client and Celery/RedBeat setting derived from settings.
 
-Pure derivations here (no server); the Sentinel clients are exercised against real sentinels
-in tests/failover/, TLS between hosts in tests/hosts/.
+Pure derivations here (no server), and the hub's subscriber against real sentinels: closed, it
+leaves no socket open. The Sentinel clients' failovers are exercised in tests/failover/, TLS
+between hosts in tests/hosts/.
 """
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import secrets
 import ssl
 import subprocess
 import sys
 
+import psutil
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
@@ -18,12 +22,14 @@ from celery_conf.connections import (
     BEAT_CALL_TIMEOUT_S,
     SENTINEL_TIMEOUT_S,
     RedisTarget,
+    async_subscriber,
     beat_client,
     connection_settings,
     redis_target,
     sync_client,
 )
 from tests.procs import ROOT
+from tests.sentinel import MASTER_NAME, SentinelGroup
 
 SENTINEL = {"url": "", "sentinels": ["10.0.0.1:26379", "10.0.0.2:26380", "10.0.0.3:26381"],
             "master": "platform", "password": "data-pass", "sentinel_password": "sent-pass",
@@ -135,3 +141,58 @@ def test_a_ca_file_that_is_not_there_stops_start_up(tmp_path):
     (tmp_path / "ca.pem").write_text("-----BEGIN CERTIFICATE-----\n")
     present = _production(**sentinels, REDIS_TLS_CA_FILE=str(tmp_path / "ca.pem"))
     assert present.returncode == 0, present.stderr
+
+
+@pytest.mark.processes
+@pytest.mark.past_one_box
+def test_the_hubs_subscriber_leaves_no_socket_per_reconnect(tmp_path, measure):
+    """The hub opens a new subscriber at every reconnect; closed, each leaves nothing open,
+    to the primary or to any sentinel. A redis-py client closed without its ``Sentinel``
+    leaves one socket open per sentinel it asked for as long as the ``Sentinel`` lives: the
+    control round shows that the count can fail."""
+    from redis.asyncio.sentinel import Sentinel as AsyncSentinel
+
+    group = SentinelGroup(tmp_path).start()
+    try:
+        target = redis_target(
+            url="", sentinels=[f"127.0.0.1:{s.port}" for s in group.sentinels],
+            master=MASTER_NAME, password=group.password,
+            sentinel_password=group.sentinel_password, db=0, tls=False, ca_file="")
+        ports = {s.port for s in group.sentinels} | {n.port for n in group.nodes}
+
+        def open_sockets() -> int:
+            gc.collect()  # the harness's own finished clients close theirs when collected
+            return sum(1 for c in psutil.Process().net_connections(kind="tcp")
+                       if c.raddr and c.raddr.port in ports and c.status == "ESTABLISHED")
+
+        async def reconnects(rounds: int) -> list[int]:
+            counts, kept = [], []  # kept: only closing, not collection, may free a socket
+            for _ in range(rounds):
+                async with async_subscriber(target) as client:
+                    assert await client.ping()
+                    assert open_sockets() >= 2  # the primary and a sentinel, while open
+                kept.append(client)
+                counts.append(open_sockets())
+            return counts
+
+        async def closed_without_the_sentinel(rounds: int) -> int:
+            kept = []  # as a pool keeps its Sentinel: the garbage collector would close them
+            for _ in range(rounds):
+                sentinel = AsyncSentinel(list(target.sentinels),
+                                         sentinel_kwargs={"password": group.sentinel_password},
+                                         password=group.password)
+                client = sentinel.master_for(MASTER_NAME)
+                assert await client.ping()
+                await client.aclose()
+                kept.append(sentinel)
+            return open_sockets()
+
+        before = open_sockets()
+        counts = asyncio.run(reconnects(10))
+        assert counts == [before] * 10, counts
+        leaked = asyncio.run(closed_without_the_sentinel(3)) - before
+        assert leaked >= 3, leaked
+        measure(reconnects=10, sockets_left=counts[-1] - before,
+                control_left_after_3=leaked)
+    finally:
+        group.stop()

@@ -32,9 +32,11 @@ from scheduler.settings import broker_transport_options
 target = settings.REDIS
 assert redis_client().ping() and beat_client(target).ping()
 async def hub():
-    for client in (async_subscriber(target), async_log_client(target)):
+    async with async_subscriber(target) as client:
         assert await client.ping()
-        await client.aclose()
+    client = async_log_client(target)
+    assert await client.ping()
+    await client.aclose()
 asyncio.run(hub())
 with app.connection_for_write() as conn:
     conn.ensure_connection(max_retries=1)

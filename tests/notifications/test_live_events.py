@@ -126,8 +126,8 @@ def test_events_from_web_celery_and_manage_reach_the_right_clients_only(
         assert len(ids) == len(set(ids)) and ids == sorted(ids, key=lambda i: tuple(
             map(int, i.split("-")))), f"{c.name}: duplicated or out of order"
 
-    # Every stream is one the hub writes to directly when idle (the pinned uvicorn's
-    # response cycle is recognised, adr/0018): an upgrade that breaks that fails here.
+    # Every stream is one the hub writes to directly when idle (the pinned uvicorn's response
+    # cycle is recognised, apps/stream_wire.py): an upgrade that loses that fails here.
     wait_until(lambda: reported_connections(stack, "direct") == len(everyone), timeout=10,
                what="every stream written directly by its hub")
 

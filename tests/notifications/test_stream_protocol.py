@@ -2,7 +2,7 @@
 
 The heartbeat race is forced, not hoped for: the event is delivered by a timer at exactly the
 heartbeat's deadline, so both fire in the same event-loop pass (whichever runs first, the
-timeout wins and the event stays queued while the hub's position already counts it).
+event is in the connection's backlog while the hub's position already counts it).
 """
 
 from __future__ import annotations
@@ -33,14 +33,13 @@ async def _race(rounds: int) -> list[bytes]:
                   ends_at=loop.time() + 60)
     frames: list[bytes] = []
     for i in range(rounds):
-        sub.wake_at = 0.0
         pending = asyncio.ensure_future(anext(stream))
-        while sub.wake_at == 0.0:  # set just before the stream blocks on its queue
+        while not sub.waiting:  # until the stream blocks, its deadline armed
             await asyncio.sleep(0)
         # The event arrives at exactly the heartbeat's deadline: the same loop pass.
         loop.call_at(sub.wake_at, hub._dispatch, [_event(f"{i + 2}-0")])
         frames.append(await pending)
-        while not sub.queue.empty():
+        while sub.pending:
             frames.append(await anext(stream))
     await stream.aclose()
     return frames
@@ -51,7 +50,7 @@ class _Wire:
 
     def __init__(self) -> None:
         self.out: list[bytes] = []
-        self.open = True  # False: the transport is backed up (flow control paused)
+        self.open = True  # False: the transport has bytes buffered (a backed-up client)
 
     def writable(self) -> bool:
         return self.open
@@ -61,11 +60,13 @@ class _Wire:
 
 
 async def _race_wired(rounds: int) -> tuple[list[bytes], _Wire]:
-    """The race again with the hub writing idle connections' events straight to the wire;
-    every other round the wire is backed up, so the event goes through the queue instead."""
+    """The hub writing an idle connection's events straight to the wire, each event twice;
+    every other round the wire is backed up, so the event goes through the backlog. An open
+    round ends with the heartbeat (a direct write does not wake the stream)."""
     loop = asyncio.get_running_loop()
     hub = Hub("redis://unused")
     hub.generation = 1
+    hub.position = (1, 0)
     wire = _Wire()
     sub = Subscriber(user_id=1, session="s", maxsize=8, wire=wire)  # type: ignore[arg-type]
     hub._all.add(sub)
@@ -75,15 +76,14 @@ async def _race_wired(rounds: int) -> tuple[list[bytes], _Wire]:
     yielded: list[bytes] = []
     for i in range(rounds):
         wire.open = i % 2 == 0
-        sub.wake_at = 0.0
         pending = asyncio.ensure_future(anext(stream))
-        while sub.wake_at == 0.0:
+        while not sub.waiting:
             await asyncio.sleep(0)
-        # Twice at the deadline, once replayed already (the hub must not send it again).
-        loop.call_at(sub.wake_at, hub._dispatch, [_event(f"{i + 2}-0")])
-        loop.call_at(sub.wake_at, hub._dispatch, [_event(f"{i + 2}-0")])
+        # Twice while it waits, once replayed already (the hub must not send it again).
+        loop.call_soon(hub._dispatch, [_event(f"{i + 2}-0")])
+        loop.call_soon(hub._dispatch, [_event(f"{i + 2}-0")])
         yielded.append(await pending)
-        while not sub.queue.empty():
+        while sub.pending:
             yielded.append(await anext(stream))
     await stream.aclose()
     return yielded, wire
@@ -101,7 +101,7 @@ def test_events_written_straight_to_the_wire_arrive_once_in_order() -> None:
         return [line.split(b": ", 1)[1].decode() for f in frames if b"event: broadcast" in f
                 for line in f.split(b"\n") if line.startswith(b"id: ")]
 
-    # Once each: the open rounds' events on the wire, the backed-up rounds' through the queue.
+    # Once each: the open rounds' events on the wire, the backed-up rounds' through the backlog.
     assert ids(direct) == [f"{i + 2}-0" for i in range(0, 20, 2)], wire.out
     assert ids(yielded) == [f"{i + 2}-0" for i in range(1, 20, 2)], yielded
 

@@ -6,9 +6,15 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from tornado.options import options as tornado_options
 
-from apps.ops.flower_gate import ViewerGate, install, install_broker_client
+from apps.ops.flower_gate import ViewerGate, watch_viewers
 from celery_conf import app
+
+
+def url_prefix() -> str:
+    """Flower's documented ``--url_prefix`` (FLOWER_URL_PREFIX), once Flower has parsed it."""
+    return getattr(tornado_options, "url_prefix", None) or ""
 
 
 class Command(BaseCommand):
@@ -24,7 +30,9 @@ class Command(BaseCommand):
     def handle(self, *args: Any, address: str, port: int, **options: Any) -> None:
         if not 0 < port < 65536:
             raise CommandError(f"--port must be 1-65535, got {port}")
-        install(ViewerGate(idle_seconds=settings.FLOWER_VIEWER_IDLE_S))
-        install_broker_client(settings.REDIS)
+        watch_viewers(ViewerGate(idle_seconds=settings.FLOWER_VIEWER_IDLE_S), app.control,
+                      url_prefix=url_prefix)
         # Flower's own command from here on: options from FLOWER_* variables, SIGTERM handling.
-        app.start(["flower", f"--address={address}", f"--port={port}"])
+        # --enable_events=False: Flower never sends enable_events itself (the command line
+        # wins over FLOWER_ENABLE_EVENTS and a flowerconfig.py); the switch above does.
+        app.start(["flower", f"--address={address}", f"--port={port}", "--enable_events=False"])
