@@ -4,20 +4,14 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 import redis
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from apps.humanize import time_text
 from celery_conf.connections import redis_client
 from scheduler.lease import read_leadership
-
-
-def _at(timestamp: float | None) -> str:
-    if timestamp is None:
-        return "unknown"
-    return datetime.fromtimestamp(timestamp, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 class Command(BaseCommand):
@@ -40,12 +34,12 @@ class Command(BaseCommand):
                 "loop interval; if none does, check the beat processes"))
             return
         self.stdout.write(f"leader        {state['leader']}")
-        self.stdout.write(f"since         {_at(state['since'])}"
-                          + (f" ({state['leading_for_s']} s)" if state["since"] else ""))
-        self.stdout.write(f"lock expires  {_at(state['lock_expires_at'])} "
-                          f"(in {state['lock_expires_in_s']} s unless renewed)")
+        now = time.time()
+        self.stdout.write(f"since         {time_text(state['since'], now=now)}")
+        self.stdout.write(f"lock expires  {time_text(state['lock_expires_at'], now=now)}"
+                          " unless renewed (the leader renews it every loop)")
         self.stdout.write(f"lock key      {state['lock_key']}")
-        self.stdout.write(f"checked at    {_at(time.time())}")
+        self.stdout.write(f"checked at    {time_text(now, relative=False)}")
 
 
 def _dumps(state: dict[str, Any]) -> str:
