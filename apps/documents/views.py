@@ -10,6 +10,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
 from apps.http import api_login_required, json_error
+from apps.humanize import size_text
 from apps.metering.limits import daily_limit
 
 from .inputs import SubmissionError, submission_from_request
@@ -28,11 +29,19 @@ def _submit(request: HttpRequest):  # type: ignore[no-untyped-def]
     )
 
 
+def _typed(request: HttpRequest) -> dict[str, str]:
+    """What a refused form held, to fill it in again (a file cannot be: only its name)."""
+    upload = request.FILES.get("file")
+    return {"title": request.POST.get("title", ""), "text": request.POST.get("text", ""),
+            "file": upload.name if upload is not None else ""}
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 @daily_limit(page=True)
 def document_list_page(request: HttpRequest) -> HttpResponse:
     status = 200
+    typed: dict[str, str] = {}
     if request.method == "POST":
         try:
             document = _submit(request)
@@ -45,9 +54,12 @@ def document_list_page(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(request, f"“{document.title}” is queued.")
             return redirect("documents:list")
+        typed = _typed(request)
     context = {
         "documents": document_list(owner=request.user),
         "max_bytes": settings.DOCUMENTS_MAX_BYTES,
+        "max_size": size_text(settings.DOCUMENTS_MAX_BYTES),
+        "typed": typed,
     }
     return render(request, "documents/list.html", context, status=status)
 
