@@ -27,18 +27,21 @@ def duration_text(seconds: float) -> str:
 
 
 def time_text(when: float | datetime | None, *, now: float | None = None,
-              relative: bool = True) -> str:
+              relative: bool = True, milliseconds: bool = False) -> str:
     """``2026-12-03 15:49:27 UTC (9.8 s ago)``; ``(in 4.6 s)`` for a time still to come;
-    without the part in brackets when ``relative`` is false."""
+    without the part in brackets when ``relative`` is false; ``15:49:27.042`` with
+    ``milliseconds`` (a journal of writes a second apart)."""
     if when is None:
         return "unknown"
     stamp = when.timestamp() if isinstance(when, datetime) else float(when)
     local = datetime.fromtimestamp(stamp).astimezone()
+    clock = f"{local:%Y-%m-%d %H:%M:%S}" + (f".{local.microsecond // 1000:03d}" if milliseconds
+                                             else "")
     if not relative:
-        return f"{local:%Y-%m-%d %H:%M:%S} {local:%Z}"
+        return f"{clock} {local:%Z}"
     ahead = stamp - (time.time() if now is None else now)
     relative = f"in {duration_text(ahead)}" if ahead > 0 else f"{duration_text(ahead)} ago"
-    return f"{local:%Y-%m-%d %H:%M:%S} {local:%Z} ({relative})"
+    return f"{clock} {local:%Z} ({relative})"
 
 
 def size_text(size: int) -> str:
