@@ -5,7 +5,9 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import SuspiciousOperation
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http.multipartparser import MultiPartParserError
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
@@ -31,9 +33,12 @@ def _submit(request: HttpRequest):  # type: ignore[no-untyped-def]
 
 def _typed(request: HttpRequest) -> dict[str, str]:
     """What a refused form held, to fill it in again (a file cannot be: only its name)."""
-    upload = request.FILES.get("file")
-    return {"title": request.POST.get("title", ""), "text": request.POST.get("text", ""),
-            "file": upload.name if upload is not None else ""}
+    try:
+        upload = request.FILES.get("file")
+        return {"title": request.POST.get("title", ""), "text": request.POST.get("text", ""),
+                "file": upload.name if upload is not None else ""}
+    except (SuspiciousOperation, MultiPartParserError):
+        return {}  # a body too large or malformed to read: nothing to give back
 
 
 @login_required

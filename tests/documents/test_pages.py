@@ -52,3 +52,4 @@ def test_the_daily_limit_page_shows_what_was_sent(client: Client, django_user_mo
     assert response.status_code == 429 and "Daily limit reached" in page
     assert 'value="Mine"' in page and "Please keep me</textarea>" in page
     assert Document.objects.count() == 0
+
