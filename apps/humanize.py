@@ -12,10 +12,14 @@ from datetime import datetime
 
 
 def duration_text(seconds: float) -> str:
-    """``0.4 s``, ``9.8 s``, ``3 min 20 s``, ``2 h 5 min``, ``3 d 4 h``: two units at most."""
+    """``0.4 s``, ``9.8 s``, ``1 s``, ``3 min 20 s``, ``2 h 5 min``, ``3 d 4 h``: two units
+    at most."""
     seconds = abs(seconds)
     if seconds < 60:
-        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+        tenths = f"{seconds:.1f}"
+        if seconds < 10 and not tenths.endswith(".0"):
+            return f"{tenths} s"
+        return f"{seconds:.0f} s"
     whole = round(seconds)
     for unit, size, smaller, smaller_size in (("d", 86400, "h", 3600), ("h", 3600, "min", 60),
                                               ("min", 60, "s", 1)):

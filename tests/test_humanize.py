@@ -12,7 +12,8 @@ NOW = datetime(2026, 12, 3, 15, 49, 27, tzinfo=UTC).timestamp()
 
 
 @pytest.mark.parametrize(("seconds", "text"), [
-    (0.44, "0.4 s"), (9.8, "9.8 s"), (12.3, "12 s"), (61, "1 min 1 s"), (200, "3 min 20 s"),
+    (0.44, "0.4 s"), (9.8, "9.8 s"), (1.0, "1 s"), (4.96, "5 s"), (12.3, "12 s"),
+    (61, "1 min 1 s"), (200, "3 min 20 s"),
     (3600, "1 h"), (7300, "2 h 1 min"), (3 * 86400 + 4 * 3600 + 5, "3 d 4 h"), (-9.8, "9.8 s"),
 ])
 def test_durations(seconds: float, text: str):

@@ -99,6 +99,10 @@ def test_every_page_renders_well_and_updates_live(make_stack, browser, tmp_path,
     assert abs(card["x"] + card["width"] / 2 - 600) < 20, card  # centred across
     assert card["y"] > 100, card  # and down the page, not stuck to the header
     shot(page, shots, "01-login")
+    page.set_viewport_size({"width": WIDTHS[0], "height": 800})
+    assert page.evaluate(LAYOUT_PROBLEMS) == []
+    shot(page, shots, f"{WIDTHS[0]}-login")
+    page.set_viewport_size({"width": 1200, "height": 800})
     log_in(page, web)
     page.wait_for_selector("body[data-live=live]", timeout=30_000)
 
@@ -242,6 +246,6 @@ def test_every_page_renders_well_and_updates_live(make_stack, browser, tmp_path,
     notes.wait_for_selector("body[data-live=stopped]", timeout=30_000)
     assert "signed out" in (notes.locator("[data-live-status]").text_content() or "")
     shot(notes, shots, "08-signed-out")
-    expected = 8 + len(WIDTHS) * len(pages)
+    expected = 9 + len(WIDTHS) * len(pages)
     wait_until(lambda: len(list(shots.glob("*.png"))) == expected, timeout=5, what="screenshots")
     measure(screenshots=str(shots), pages_checked=len(WIDTHS) * len(pages))
