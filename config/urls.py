@@ -15,3 +15,9 @@ urlpatterns = [
     path("", include("apps.telemetry.urls")),
     path("", include("apps.metering.urls")),
 ]
+
+# JSON on the API, a page in the site's layout otherwise (apps/error_pages.py).
+handler400 = "apps.error_pages.bad_request"
+handler403 = "apps.error_pages.permission_denied"
+handler404 = "apps.error_pages.page_not_found"
+handler500 = "apps.error_pages.server_error"

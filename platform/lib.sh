@@ -262,6 +262,12 @@ PLATFORM_HOST_NAME=$PLATFORM_HOST_NAME
 REDIS_URL=$REDIS_URL
 FLOWER_BASIC_AUTH=$FLOWER_BASIC_AUTH
 ${DATABASE_URL:+DATABASE_URL=$DATABASE_URL}
+# Where this start listens and which interpreter it runs: what a second platform/up prints
+# (apps/ops/up_state.py), whatever its own shell sets.
+WEB_HOST=$WEB_HOST
+WEB_PORT=$WEB_PORT
+FLOWER_PORT=$FLOWER_PORT
+VENV=$VENV
 ENV
   if [ -n "${REDIS_TLS_CA_FILE:-}" ]; then
     echo "REDIS_TLS_CA_FILE=$REDIS_TLS_CA_FILE" >> "$PLATFORM_VAR_DIR/platform.env"

@@ -113,12 +113,3 @@ sys.stdout.write(string.Template(open(sys.argv[1]).read()).substitute(os.environ
     index=$((index + 1))
   done
 }
-
-# Where Redis is, for platform/up's start message.
-redis_where() {
-  if [ "${PLATFORM_REDIS:-single}" = sentinel ]; then
-    echo "sentinels ${REDIS_SENTINELS} (group ${REDIS_SENTINEL_MASTER}; nodes :${REDIS_PORT} :${REDIS_REPLICA_PORT}; passwords in var/dev.env)"
-  else
-    echo "${REDIS_URL##*@} (password in var/dev.env or REDIS_URL)"
-  fi
-}

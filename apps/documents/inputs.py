@@ -14,6 +14,8 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest
 
+from apps.humanize import size_text
+
 from .models import Document
 
 TEXT_EXTENSIONS = frozenset({".txt", ".md", ".csv", ".log", ".text", ""})
@@ -36,9 +38,9 @@ class Submission:
 
 
 def too_large() -> SubmissionError:
-    return SubmissionError(
-        413, f"The document is larger than the limit of {settings.DOCUMENTS_MAX_BYTES} bytes."
-    )
+    limit = settings.DOCUMENTS_MAX_BYTES
+    return SubmissionError(413, f"The document is larger than the limit of {size_text(limit)} "
+                                f"({limit} bytes); nothing was saved.")
 
 
 def submission_from_request(request: HttpRequest) -> Submission:

@@ -18,7 +18,7 @@ STOPWORDS = frozenset(
     "you your".split()
 )
 # A document whose text holds this line fails with a transient error on every attempt: an
-# operator's canary for the retry and failure path on a live site (see README).
+# operator's canary for the retry and failure path on a live site (docs/using/pages.md).
 TRANSIENT_FAILURE_CANARY = "#!canary:transient-failure"
 # A document whose text holds the line "#!canary:work-seconds=N" takes N seconds of simulated
 # work instead of DOCUMENTS_PROCESSING_SECONDS: an operator's canary for long documents

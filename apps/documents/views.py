@@ -5,11 +5,14 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import SuspiciousOperation
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http.multipartparser import MultiPartParserError
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
 from apps.http import api_login_required, json_error
+from apps.humanize import size_text
 from apps.metering.limits import daily_limit
 
 from .inputs import SubmissionError, submission_from_request
@@ -28,11 +31,22 @@ def _submit(request: HttpRequest):  # type: ignore[no-untyped-def]
     )
 
 
+def _typed(request: HttpRequest) -> dict[str, str]:
+    """What a refused form held, to fill it in again (a file cannot be: only its name)."""
+    try:
+        upload = request.FILES.get("file")
+        return {"title": request.POST.get("title", ""), "text": request.POST.get("text", ""),
+                "file": upload.name if upload is not None else ""}
+    except (SuspiciousOperation, MultiPartParserError):
+        return {}  # a body too large or malformed to read: nothing to give back
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 @daily_limit(page=True)
 def document_list_page(request: HttpRequest) -> HttpResponse:
     status = 200
+    typed: dict[str, str] = {}
     if request.method == "POST":
         try:
             document = _submit(request)
@@ -45,9 +59,12 @@ def document_list_page(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(request, f"“{document.title}” is queued.")
             return redirect("documents:list")
+        typed = _typed(request)
     context = {
         "documents": document_list(owner=request.user),
         "max_bytes": settings.DOCUMENTS_MAX_BYTES,
+        "max_size": size_text(settings.DOCUMENTS_MAX_BYTES),
+        "typed": typed,
     }
     return render(request, "documents/list.html", context, status=status)
 

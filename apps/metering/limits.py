@@ -33,10 +33,16 @@ def limit_message() -> str:
             f"00:00 UTC ({next_reset():%Y-%m-%d %H:%M} UTC); nothing was saved.")
 
 
+def _page(request: HttpRequest, message: str, status: int) -> HttpResponse:
+    # What the refused form held, shown to copy: nothing of it was saved.
+    typed = {"title": request.POST.get("title", ""), "text": request.POST.get("text", "")}
+    return render(request, "metering/limit_reached.html", {"message": message, "typed": typed},
+                  status=status)
+
+
 def _refused(request: HttpRequest, *, page: bool) -> HttpResponse:
     if page:
-        response = render(request, "metering/limit_reached.html",
-                          {"message": limit_message()}, status=429)
+        response = _page(request, limit_message(), 429)
     else:
         response = JsonResponse({
             "error": limit_message(),
@@ -49,8 +55,7 @@ def _refused(request: HttpRequest, *, page: bool) -> HttpResponse:
 
 def _unavailable(request: HttpRequest, *, page: bool) -> HttpResponse:
     if page:
-        return render(request, "metering/limit_reached.html", {"message": UNAVAILABLE},
-                      status=503)
+        return _page(request, UNAVAILABLE, 503)
     return json_error(503, UNAVAILABLE)
 
 

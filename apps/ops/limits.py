@@ -9,10 +9,12 @@ way the answer is the same JSON 413 the document endpoints give.
 
 from __future__ import annotations
 
-import html
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
+
+from apps.error_pages import error_html, wants_html
+from apps.humanize import size_text
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -22,8 +24,9 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 def too_large_message(*, max_body_bytes: int, max_document_bytes: int) -> str:
-    return (f"The request body is larger than the limit of {max_body_bytes} bytes "
-            f"(a document may have {max_document_bytes} bytes); nothing was saved.")
+    return (f"The request body is larger than the limit of {size_text(max_body_bytes)} "
+            f"({max_body_bytes} bytes; a document may have {size_text(max_document_bytes)}); "
+            "nothing was saved.")
 
 
 class BodyLimitMiddleware:
@@ -31,9 +34,10 @@ class BodyLimitMiddleware:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.json_body = json.dumps({"error": message}).encode()
-        # A browser's form post gets the same sentence as a page, not raw JSON.
-        self.html_body = (f"<!doctype html><title>Too large</title><h1>413: too large</h1>"
-                          f"<p>{html.escape(message)}</p><p><a href=\"/\">Home</a></p>").encode()
+        # A browser's form post gets the same sentence as a page in the site's layout (rendered
+        # once, with no user: nothing of the request was read). Its Back button returns to the
+        # form, which the browser still holds as it was typed.
+        self.html_body = error_html(413, message, back=True).encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -89,10 +93,8 @@ class BodyLimitMiddleware:
 
 
 def _wants_html(scope: Scope) -> bool:
-    if scope.get("path", "").startswith("/api/"):
-        return False
     accept = dict(scope.get("headers", ())).get(b"accept", b"")
-    return b"text/html" in accept
+    return wants_html(scope.get("path", ""), accept.decode("latin-1"))
 
 
 def _content_length(scope: Scope) -> int | None:

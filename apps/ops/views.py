@@ -1,23 +1,12 @@
-"""Views that belong to no one system: health for monitors and the CSRF failure answer."""
+"""Views that belong to no one system: health for monitors."""
 
 from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.views.csrf import csrf_failure as django_csrf_failure
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from apps.http import json_error
-
 from .health import platform_readiness
-
-
-def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
-    if request.path.startswith("/api/"):
-        return json_error(
-            403, f"CSRF check failed ({reason}). Send the csrftoken cookie's value as X-CSRFToken."
-        )
-    return django_csrf_failure(request, reason=reason)
 
 
 @never_cache

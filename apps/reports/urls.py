@@ -6,4 +6,5 @@ app_name = "reports"
 
 urlpatterns = [
     path("reports/", views.runs_page, name="runs"),
+    path("reports/beat/", views.beat_fragment, name="beat"),
 ]

@@ -51,6 +51,9 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Error answers by one rule (JSON on the API, a page otherwise), in development too; after
+    # CommonMiddleware, which turns its 404 for a missing slash into a redirect.
+    "apps.error_pages.ErrorPagesMiddleware",
     # Last, so it sees the views' exceptions first: a pool timeout is 503, not 500.
     "apps.ops.database_busy.DatabaseBusyMiddleware",
 ]
@@ -69,6 +72,8 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
+            # {% load units %}: durations and sizes worded as commands and errors word them.
+            "libraries": {"units": "apps.humanize_filters"},
         },
     },
 ]
@@ -168,7 +173,8 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 
-CSRF_FAILURE_VIEW = "apps.ops.views.csrf_failure"
+# A refused CSRF check answers like every other error: JSON on the API, a page otherwise.
+CSRF_FAILURE_VIEW = "apps.error_pages.csrf_failure"
 
 LOGGING = {
     "version": 1,

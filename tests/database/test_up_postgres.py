@@ -16,7 +16,7 @@ import psycopg
 import pytest
 import requests
 
-from tests.platform.test_up import stop_leftovers
+from tests.platform.up_script import stop_leftovers
 from tests.procs import BIN, ROOT, free_port, wait_until
 
 pytestmark = pytest.mark.processes

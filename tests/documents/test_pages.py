@@ -29,3 +29,27 @@ def test_form_errors_are_shown_with_their_status(client: Client, django_user_mod
     assert response.status_code == 400
     assert "The document is empty." in response.content.decode()
     assert Document.objects.count() == 0
+
+
+def test_a_refused_form_keeps_what_was_typed_and_states_sizes_in_its_units(
+        client: Client, django_user_model):
+    client.force_login(django_user_model.objects.create_user(username="o", password="pw-o-1234"))
+    form = client.get("/documents/").content.decode()
+    assert "up to 1 MiB" in form and "1.0 MB" not in form
+    response = client.post("/documents/", {"title": "x" * 201, "text": "Kept <text> & all"})
+    page = response.content.decode()
+    assert response.status_code == 400 and "longer than 200 characters" in page
+    assert f'value="{"x" * 201}"' in page
+    assert "Kept &lt;text&gt; &amp; all</textarea>" in page
+    assert Document.objects.count() == 0
+
+
+def test_the_daily_limit_page_shows_what_was_sent(client: Client, django_user_model, settings):
+    settings.METERING_DAILY_LIMIT = 0
+    client.force_login(django_user_model.objects.create_user(username="o", password="pw-o-1234"))
+    response = client.post("/documents/", {"title": "Mine", "text": "Please keep me"})
+    page = response.content.decode()
+    assert response.status_code == 429 and "Daily limit reached" in page
+    assert 'value="Mine"' in page and "Please keep me</textarea>" in page
+    assert Document.objects.count() == 0
+

@@ -1,23 +1,18 @@
-"""Which beat leads, since when, and when its lock expires."""
+"""Which beat leads, since when, and when its lock expires; the fence's journal on request."""
 
 from __future__ import annotations
 
 import json
 import time
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import redis
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from apps.humanize import time_text
 from celery_conf.connections import redis_client
-from scheduler.lease import read_leadership
-
-
-def _at(timestamp: float | None) -> str:
-    if timestamp is None:
-        return "unknown"
-    return datetime.fromtimestamp(timestamp, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+from scheduler.lease import read_journal, read_leadership
 
 
 class Command(BaseCommand):
@@ -25,12 +20,21 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+        parser.add_argument("--journal", type=int, default=0, metavar="N",
+                            help="also print the fence's last N journal entries (elections, "
+                                 "renewals, fires) in the order Redis applied them")
 
-    def handle(self, *args: Any, json: bool = False, **options: Any) -> None:
+    def handle(self, *args: Any, json: bool = False, journal: int = 0, **options: Any) -> None:
+        if journal < 0:
+            raise CommandError("--journal must be zero or more entries")
         try:
-            state = read_leadership(redis_client())
+            client = redis_client()
+            state = read_leadership(client)
+            entries = read_journal(client, last=journal) if journal else []
         except redis.RedisError as exc:
             raise CommandError(f"Redis unreachable: {exc}") from exc
+        if json and journal:
+            state["journal"] = [vars(entry) for entry in entries]
         if json:
             self.stdout.write(_dumps(state))
             return
@@ -38,14 +42,33 @@ class Command(BaseCommand):
             self.stdout.write(self.style.WARNING(
                 f"no beat leads ({state['lock_key']} is free): a standby takes it within one "
                 "loop interval; if none does, check the beat processes"))
-            return
+        else:
+            self._leader(state)
+        if journal:
+            self.stdout.write(f"journal       last {len(entries)} entries, oldest first "
+                              "(Redis's clock):")
+            for entry in entries:
+                detail = "" if entry.detail == "-" else " " + _fired(entry.detail)
+                self.stdout.write(f"  {time_text(entry.at, relative=False, milliseconds=True)}  "
+                                  f"{entry.kind:<9} {entry.token}{detail}")
+
+    def _leader(self, state: dict[str, Any]) -> None:
+        now = time.time()
         self.stdout.write(f"leader        {state['leader']}")
-        self.stdout.write(f"since         {_at(state['since'])}"
-                          + (f" ({state['leading_for_s']} s)" if state["since"] else ""))
-        self.stdout.write(f"lock expires  {_at(state['lock_expires_at'])} "
-                          f"(in {state['lock_expires_in_s']} s unless renewed)")
+        self.stdout.write(f"since         {time_text(state['since'], now=now)}")
+        self.stdout.write(f"lock expires  {time_text(state['lock_expires_at'], now=now)}"
+                          " unless renewed (the leader renews it every loop)")
         self.stdout.write(f"lock key      {state['lock_key']}")
-        self.stdout.write(f"checked at    {_at(time.time())}")
+        self.stdout.write(f"checked at    {time_text(now, relative=False)}")
+
+
+def _fired(detail: str) -> str:
+    """``<job>|<ISO slot>`` as ``<job> for the slot of <time>``."""
+    job, _, slot = detail.partition("|")
+    try:
+        return f"{job} for the slot of {time_text(datetime.fromisoformat(slot), relative=False)}"
+    except ValueError:
+        return detail
 
 
 def _dumps(state: dict[str, Any]) -> str:

@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from apps.humanize import duration_text, time_text
 from apps.ops.status import platform_status
 
 
@@ -41,7 +42,7 @@ def render(report: dict[str, Any]) -> str:
             for w in section["workers"]:
                 lines.append(
                     f"  {w['name']:<32} pid {w['pid']:<7} in flight {w['inflight']:<3} "
-                    f"seen {w['last_seen_s']} s ago"
+                    f"seen {duration_text(w['last_seen_s'])} ago"
                 )
         else:
             for key, value in section.items():
@@ -49,6 +50,19 @@ def render(report: dict[str, Any]) -> str:
                     lines.append(f"  {key}:")
                     lines += [f"    {item}" for item in value]
                 else:
-                    lines.append(f"  {key:<28} {value}")
+                    lines.append(f"  {key:<28} {_readable(key, value)}")
         lines.append("")
     return "\n".join(lines)
+
+
+def _readable(key: str, value: Any) -> str:
+    """Epoch times (``since``, ``*_at``) with their zone, seconds (``*_s``) with units; the
+    data's names stay as they are (``--json`` prints the numbers)."""
+    numeric = isinstance(value, int | float) and not isinstance(value, bool)
+    if numeric and (key == "since" or key.endswith("_at")):
+        return time_text(value)
+    if numeric and key.endswith("_s"):
+        return duration_text(value)
+    if value is None:
+        return "none"
+    return str(value)

@@ -6,6 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from apps.humanize import duration_text, time_text
 from apps.reports.selectors import job_overviews
 
 
@@ -13,11 +14,12 @@ class Command(BaseCommand):
     help = "List every periodic job with its interval, missed-slot policy, next slot and last run."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
     def handle(self, *args: Any, json: bool = False, **options: Any) -> None:
+        overviews = job_overviews()
         rows = []
-        for o in job_overviews():
+        for o in overviews:
             last = o.last_run
             rows.append({
                 "job": o.job.name,
@@ -37,12 +39,14 @@ class Command(BaseCommand):
 
             self.stdout.write(json_module.dumps(rows, indent=2))
             return
-        self.stdout.write(
-            f"{'job':<26} {'every':>7} {'missed':<9} {'next slot (UTC)':<20} last run")
-        for row in rows:
-            last = row["last_run"]
-            last_text = "never" if last is None else (
-                f"{last['outcome']} {last['kind']} {last['slot'][:19]} on {last['worker']}")
-            self.stdout.write(f"{row['job']:<26} {row['every_s']:>6}s {row['missed']:<9} "
-                              f"{row['next_slot'][:19]:<20} {last_text}")
-            self.stdout.write(f"{'':<26} {row['why']}")
+        for o in overviews:
+            last = o.last_run
+            self.stdout.write(f"{o.job.name}  every {duration_text(o.job.every)}, "
+                              f"missed slots: {o.job.missed}")
+            self.stdout.write(f"  {o.job.why}")
+            self.stdout.write(f"  next slot  {time_text(o.next_slot)}")
+            self.stdout.write("  last run   never" if last is None else (
+                f"  last run   {last.outcome} ({last.kind}) for the slot of "
+                f"{time_text(last.slot)} on {last.worker or 'no worker yet'}; "
+                f"{o.runs} run{'s' if o.runs != 1 else ''} recorded"))
+            self.stdout.write("")
