@@ -454,6 +454,16 @@ role_units() {
   echo "${units[*]}"
 }
 
+# Everything rendered from the environment file's values: redis.conf, the sentinel's file
+# (once), the units, platform-manage. Install, upgrade and rollback call this one function
+# with the values read from the file, so each renders what the first install rendered.
+render_host_config() {
+  write_redis_conf_for "$ETC_DIR/redis.conf"
+  write_sentinel_conf_for "$DATA_DIR/sentinel/sentinel.conf"
+  install_units
+  install_manage_wrapper
+}
+
 install_units() {
   local unit tmp wants
   tmp="$(mktemp)"
