@@ -25,6 +25,7 @@ from importlib import import_module
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import TooManyFieldsSent
 from django.db import connections
 from django.http import QueryDict, parse_cookie
 from django.http.request import split_domain_port, validate_host
@@ -192,6 +193,12 @@ async def _serve(scope: Scope, receive: Receive, send: Send, endpoint: Endpoint)
     if scope["method"] != "GET":
         await _respond_json(send, 405, {"error": "Streams are read with GET."}, {"Allow": "GET"})
         return
+    try:
+        # Bounded by DATA_UPLOAD_MAX_NUMBER_FIELDS, like every Django request.
+        query = QueryDict(scope.get("query_string", b""), encoding="utf-8")
+    except TooManyFieldsSent:
+        await _respond_json(send, 400, {"error": "Too many query parameters."})
+        return
     session_key = parse_cookie(headers.get("cookie", "")).get(settings.SESSION_COOKIE_NAME, "")
     user = None
     loop = asyncio.get_running_loop()
@@ -212,7 +219,7 @@ async def _serve(scope: Scope, receive: Receive, send: Send, endpoint: Endpoint)
     wire = wire_of(scope, send)
     request = StreamRequest(
         user=user, headers=headers, loop_ends_at=ends_at, loop_auth_started=auth_started,
-        query=QueryDict(scope.get("query_string", b""), encoding="utf-8"), wire=wire)
+        query=query, wire=wire)
     try:
         chunks = await endpoint(request)
     except StreamRefused as refused:
