@@ -51,7 +51,7 @@ from celery_conf.connections import RedisTarget, beat_client, connection_setting
 
 from .broker import fenced_transport
 from .fence import Command, Condition, FenceRefused, recorded
-from .jobs import PeriodicJob
+from .jobs import Missed, PeriodicJob
 from .lease import Lease, beat_identity
 from .settings import BACKFILL_WINDOW_S, REDIS_SOCKET_TIMEOUT, broker_transport_options
 from .tables import JOBS
@@ -134,7 +134,13 @@ class FencedEntry(RedBeatSchedulerEntry):
         assert job is not None
         current = job.slot_index(now)
         if self.last_run_at is None:
-            return [job.slot_start(current)]
+            # A first start: the current slot, unless it started longer ago than a message of
+            # it may wait (the job's grace, ``expires``) and the job skips missed slots; then
+            # nothing fires until the next slot (a 13:11 start fires no 02:10 digest).
+            latest = job.slot_start(current)
+            if job.missed is Missed.SKIP and (now - latest).total_seconds() > job.expires:
+                return []
+            return [latest]
         window_start = now - timedelta(seconds=BACKFILL_WINDOW_S)
         first = max(job.slot_index(self.last_run_at) + 1,
                     current - math.ceil(BACKFILL_WINDOW_S / job.every))
@@ -406,6 +412,8 @@ class FencedRedBeatScheduler(RedBeatScheduler):
             return
         token = self.lease.token
         slots = entry.due_slots(entry.default_now())
+        if not slots:  # a first start past a skip job's slot and its grace
+            return
         channel = self.producer.channel
         for slot in slots:
             # A plain copy to publish from: the task, its arguments plus the slot and the
