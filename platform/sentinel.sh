@@ -41,7 +41,7 @@ ensure_sentinel_env() {
   export REDIS_REPLICA_PORT="${REDIS_REPLICA_PORT:-$((REDIS_PORT + 1))}"
   export SENTINEL_PORTS="${SENTINEL_PORTS:-26390 26391 26392}"
   local bind="${REDIS_BIND%% *}" port list=()
-  for port in $SENTINEL_PORTS; do list+=("$bind:$port"); done
+  for port in $SENTINEL_PORTS; do list+=("$(url_host_of "$bind"):$port"); done
   if [ "${#list[@]}" -ne 3 ]; then
     echo "platform: SENTINEL_PORTS must name three ports, got '$SENTINEL_PORTS'" >&2
     exit 1

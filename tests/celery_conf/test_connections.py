@@ -19,6 +19,7 @@ from celery_conf.connections import (
     SENTINEL_TIMEOUT_S,
     RedisTarget,
     beat_client,
+    broker_url,
     connection_settings,
     redis_target,
     sync_client,
@@ -135,3 +136,9 @@ def test_a_ca_file_that_is_not_there_stops_start_up(tmp_path):
     (tmp_path / "ca.pem").write_text("-----BEGIN CERTIFICATE-----\n")
     present = _production(**sentinels, REDIS_TLS_CA_FILE=str(tmp_path / "ca.pem"))
     assert present.returncode == 0, present.stderr
+
+
+def test_ipv6_sentinels_are_bracketed_in_kombus_urls():
+    target = redis_target(**{**SENTINEL, "sentinels": ["[::1]:26379", "10.0.0.2:26380"]})
+    assert broker_url(target) == ("sentinel://:data-pass@[::1]:26379/0;"
+                                  "sentinel://:data-pass@10.0.0.2:26380/0")
