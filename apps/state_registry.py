@@ -73,6 +73,10 @@ REGISTRY: list[Classified] = [
     Classified("apps/telemetry/streams.py", "_open", C.NONE,
                "the telemetry streams this worker serves now: the cap is per worker by "
                "design (each stream costs this worker's CPU), so nothing is shared"),
+    Classified("apps/telemetry/streams.py", "_open_per_user", C.NONE,
+               "the same count per user, for the per-user cap beside the per-worker one: a "
+               "bound on one worker's CPU, so per worker too (a user reaches at most "
+               "TELEMETRY_STREAMS_PER_USER on each worker)"),
     # --- metering: per-user daily usage ----------------------------------------------------
     Classified("apps/metering/backends.py", "counters", C.SHARED_COUNTER,
                "the counts live in one database row per user and day, taken with one atomic "

@@ -25,7 +25,7 @@ from importlib import import_module
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import DisallowedHost
+from django.core.exceptions import DisallowedHost, TooManyFieldsSent
 from django.db import connections
 from django.http import HttpRequest, QueryDict
 from django.utils.module_loading import import_string
@@ -162,6 +162,12 @@ async def _serve(scope: Scope, receive: Receive, send: Send, endpoint: Endpoint)
     if scope["method"] != "GET":
         await _respond_json(send, 405, {"error": "Streams are read with GET."}, {"Allow": "GET"})
         return
+    try:
+        # Bounded by DATA_UPLOAD_MAX_NUMBER_FIELDS, like every Django request.
+        query = QueryDict(scope.get("query_string", b""), encoding="utf-8")
+    except TooManyFieldsSent:
+        await _respond_json(send, 400, {"error": "Too many query parameters."})
+        return
     session_key = _cookies(headers).get(settings.SESSION_COOKIE_NAME, "")
     user = None
     loop = asyncio.get_running_loop()
@@ -181,8 +187,7 @@ async def _serve(scope: Scope, receive: Receive, send: Send, endpoint: Endpoint)
     ends_at = loop.time() + min(user.expires_at - time.time(), settings.STREAMS_MAX_LIFE_S)
     request = StreamRequest(
         user=user, headers=headers, loop_ends_at=ends_at, loop_auth_started=auth_started,
-        query=QueryDict(scope.get("query_string", b""), encoding="utf-8"),
-        wire=wire_of(scope, send))
+        query=query, wire=wire_of(scope, send))
     try:
         chunks = await endpoint(request)
     except StreamRefused as refused:

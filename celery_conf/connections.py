@@ -253,7 +253,8 @@ def broker_url(target: RedisTarget) -> str:
     if not target.sentinel:
         return target.url
     auth = f":{quote(target.password, safe='')}@" if target.password else ""
-    return ";".join(f"sentinel://{auth}{host}:{port}/{target.db}"
+    # An IPv6 address in brackets, as a URL needs it (kombu's parser takes them off again).
+    return ";".join(f"sentinel://{auth}{f'[{host}]' if ':' in host else host}:{port}/{target.db}"
                     for host, port in target.sentinels)
 
 

@@ -33,6 +33,7 @@ def main() -> None:
 
     from tests.notifications.fuzzing import (
         CURSORS,
+        STREAM_TARGETS,
         Tally,
         json_bodies,
         post_json,
@@ -87,7 +88,7 @@ def main() -> None:
         tallies["stream_params"] = Tally()
 
         @run
-        @given(st.sampled_from(["last-event-id", "after", "rate"]),
+        @given(st.sampled_from(STREAM_TARGETS),
                CURSORS | st.sampled_from(["25", "0", "nan", "-1", "1e309", "50.0000001"]))
         def stream_params(where: str, value: str) -> None:
             stream_case(stack, client, tallies["stream_params"], where, value)

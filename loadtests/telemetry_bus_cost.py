@@ -194,7 +194,8 @@ def main() -> None:
     counts = [int(c) for c in args.clients.split(",")]
     work = Path(tempfile.mkdtemp(prefix="telemetry-bus-"))
     stack = Stack(base_dir=work / "stack", template_db=make_template_db(work / "template"),
-                  env_overrides={"TELEMETRY_RATE_HZ": str(args.rate)})
+                  env_overrides={"TELEMETRY_RATE_HZ": str(args.rate),
+                                 "TELEMETRY_STREAMS_PER_USER": str(max(counts) + 1)})
     rows = []
     try:
         viewers = make_viewers(stack, max(counts))

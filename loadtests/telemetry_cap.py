@@ -68,7 +68,8 @@ def main() -> None:
 
     base = Path(tempfile.mkdtemp(prefix="telemetry-cap-"))
     stack = Stack(base_dir=base / "stack", template_db=make_template_db(base / "template"),
-                  env_overrides={"TELEMETRY_STREAMS_PER_WORKER": str(args.streams + 1)})
+                  env_overrides={"TELEMETRY_STREAMS_PER_WORKER": str(args.streams + 1),
+                                 "TELEMETRY_STREAMS_PER_USER": str(args.streams + 1)})
     rows = []
     try:
         web = stack.start_web(workers=1)

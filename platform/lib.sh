@@ -98,26 +98,67 @@ ensure_venv() {
 
 random_secret() { "$VENV/bin/python" -c 'import secrets; print(secrets.token_urlsafe(24))'; }
 
+# Files of values (dev.env, platform.env, /etc/platform/platform.env, a --join copy) have one
+# format and one reader and writer, apps/ops/envfile.py, run by path (standard library only):
+# never sourced, so nothing a value holds is ever run (adr/0037).
+ENVFILE_TOOL="$PLATFORM_ROOT/apps/ops/envfile.py"
+
+# Export FILE's values (only the KEYs named, if any) into this shell, as data: each pair
+# arrives NUL-separated and `export "$pair"` assigns it literally. --keep: a variable already
+# set and non-empty wins over the file.
+env_file_export() {
+  local file="$1" keep=no pairs pair name
+  shift
+  if [ "${1:-}" = --keep ]; then keep=yes; shift; fi
+  pairs="$(mktemp)"
+  if ! "${SYSTEM_PYTHON:-python3}" "$ENVFILE_TOOL" export "$file" "$@" > "$pairs"; then
+    rm -f "$pairs"
+    exit 1
+  fi
+  while IFS= read -r -d '' pair; do
+    name="${pair%%=*}"
+    if [ "$keep" = yes ] && [ -n "${!name:-}" ]; then continue; fi
+    export "$pair"
+  done < "$pairs"
+  rm -f "$pairs"
+}
+
+# Write to stdout a file of the named variables of this shell's environment (exported ones;
+# unset ones left out), in the one format; a value with a line break or NUL is refused, the
+# key named. --header LINE: a comment line at the top.
+env_file_render() { "${SYSTEM_PYTHON:-python3}" "$ENVFILE_TOOL" render "$@"; }
+
+# Percent-encode a value for the user-information part of a URL (a password with @ / : #).
+url_quote() {
+  V="$1" "${SYSTEM_PYTHON:-python3}" -c \
+    'import os, urllib.parse; print(urllib.parse.quote(os.environ["V"], safe=""))'
+}
+
+# A value as one argument of a Redis configuration line (sdssplitargs' double quotes): a
+# password with spaces, quotes or backslashes stays one word and never a second directive.
+redis_conf_quote() {
+  local v="$1" bs='\' dq='"'
+  v="${v//"$bs"/"$bs$bs"}"; v="${v//"$dq"/"$bs$dq"}"
+  printf '"%s"' "$v"
+}
+
+# A host for a URL: an IPv6 address in brackets.
+url_host_of() { case "$1" in *:*) echo "[$1]" ;; *) echo "$1" ;; esac; }
+
 # Development secrets, generated once into var/dev.env (mode 600) and reused on every start.
 ensure_dev_env() {
   mkdir -p "$PLATFORM_VAR_DIR/log" "$PLATFORM_VAR_DIR/redis" "$PLATFORM_VAR_DIR/mail"
   local env_file="$PLATFORM_VAR_DIR/dev.env"
   if [ ! -f "$env_file" ]; then
-    umask 077
-    cat > "$env_file" <<ENV
-DJANGO_SECRET_KEY=$(random_secret)
-REDIS_PASSWORD=$(random_secret)
-FLOWER_USER=admin
-FLOWER_PASSWORD=$(random_secret)
-DEV_USER=dev
-DEV_USER_PASSWORD=$(random_secret)
-ENV
-    umask 022
+    (umask 077
+     export DJANGO_SECRET_KEY="$(random_secret)" REDIS_PASSWORD="$(random_secret)" \
+       FLOWER_USER=admin FLOWER_PASSWORD="$(random_secret)" DEV_USER=dev \
+       DEV_USER_PASSWORD="$(random_secret)"
+     env_file_render DJANGO_SECRET_KEY REDIS_PASSWORD FLOWER_USER FLOWER_PASSWORD DEV_USER \
+       DEV_USER_PASSWORD > "$env_file.new"
+     mv -f "$env_file.new" "$env_file")
   fi
-  set -a
-  # shellcheck disable=SC1090
-  . "$env_file"
-  set +a
+  env_file_export "$env_file"
   export REDIS_PORT="${REDIS_PORT:-6390}"
   export WEB_PORT="${WEB_PORT:-8000}"
   export FLOWER_PORT="${FLOWER_PORT:-5555}"
@@ -134,7 +175,8 @@ ENV
   data_bind_check "$PLATFORM_ROLES" "$REDIS_BIND" REDIS_BIND
   if has_role data; then
     # This host runs Redis: its own, on the first address it binds (the password is ours).
-    export REDIS_URL="$(redis_scheme)://:${REDIS_PASSWORD}@${REDIS_BIND%% *}:${REDIS_PORT}/0"
+    REDIS_URL="$(redis_scheme)://:$(url_quote "$REDIS_PASSWORD")@$(url_host_of "${REDIS_BIND%% *}"):${REDIS_PORT}/0"
+    export REDIS_URL
   elif [ -z "${REDIS_URL:-}" ] || [ -z "${DATABASE_URL:-}" ]; then
     echo "platform: PLATFORM_ROLES=$PLATFORM_ROLES has no 'data': set REDIS_URL and" \
       "DATABASE_URL to the data host's Redis and PostgreSQL (README, 'Several hosts')" >&2
@@ -251,35 +293,26 @@ stop_postgres() {
 # var/platform.env: the environment of the running platform, rewritten at every start, so that
 # a bare `.venv/bin/python manage.py ...` reaches it (manage.py reads it: apps/ops/envfile.py).
 write_platform_env() {
-  umask 077
-  cat > "$PLATFORM_VAR_DIR/platform.env" <<ENV
-# Written by platform/up at every start; manage.py reads it. Secrets: keep it private.
-DJANGO_SETTINGS_MODULE=$DJANGO_SETTINGS_MODULE
-DJANGO_SECRET_KEY=$DJANGO_SECRET_KEY
-PLATFORM_VAR_DIR=$PLATFORM_VAR_DIR
-PLATFORM_ROLES=$PLATFORM_ROLES
-PLATFORM_HOST_NAME=$PLATFORM_HOST_NAME
-REDIS_URL=$REDIS_URL
-FLOWER_BASIC_AUTH=$FLOWER_BASIC_AUTH
-${DATABASE_URL:+DATABASE_URL=$DATABASE_URL}
-# Where this start listens and which interpreter it runs: what a second platform/up prints
-# (apps/ops/up_state.py), whatever its own shell sets.
-WEB_HOST=$WEB_HOST
-WEB_PORT=$WEB_PORT
-FLOWER_PORT=$FLOWER_PORT
-VENV=$VENV
-ENV
-  if [ -n "${REDIS_TLS_CA_FILE:-}" ]; then
-    echo "REDIS_TLS_CA_FILE=$REDIS_TLS_CA_FILE" >> "$PLATFORM_VAR_DIR/platform.env"
-  fi
+  local keys=(DJANGO_SETTINGS_MODULE DJANGO_SECRET_KEY PLATFORM_VAR_DIR PLATFORM_ROLES
+    PLATFORM_HOST_NAME REDIS_URL FLOWER_BASIC_AUTH)
+  [ -z "${DATABASE_URL:-}" ] || keys+=(DATABASE_URL)
+  [ -z "${REDIS_TLS_CA_FILE:-}" ] || keys+=(REDIS_TLS_CA_FILE)
+  # Where this start listens and which interpreter it runs: what a second platform/up prints
+  # (apps/ops/up_state.py), whatever its own shell sets.
+  keys+=(WEB_HOST WEB_PORT FLOWER_PORT VENV)
   # Redis through sentinels (settings: REDIS_SENTINELS wins over REDIS_URL), when given.
   if [ -n "${REDIS_SENTINELS:-}" ]; then
-    printf '%s\n' "REDIS_SENTINELS=$REDIS_SENTINELS" "REDIS_PASSWORD=${REDIS_PASSWORD:-}" \
-      "REDIS_SENTINEL_PASSWORD=${REDIS_SENTINEL_PASSWORD:-}" \
-      ${REDIS_SENTINEL_MASTER:+"REDIS_SENTINEL_MASTER=$REDIS_SENTINEL_MASTER"} \
-      ${REDIS_TLS:+"REDIS_TLS=$REDIS_TLS"} >> "$PLATFORM_VAR_DIR/platform.env"
+    export REDIS_PASSWORD="${REDIS_PASSWORD:-}" REDIS_SENTINEL_PASSWORD="${REDIS_SENTINEL_PASSWORD:-}"
+    keys+=(REDIS_SENTINELS REDIS_PASSWORD REDIS_SENTINEL_PASSWORD)
+    [ -z "${REDIS_SENTINEL_MASTER:-}" ] || keys+=(REDIS_SENTINEL_MASTER)
+    [ -z "${REDIS_TLS:-}" ] || keys+=(REDIS_TLS)
   fi
-  umask 022
+  (umask 077
+   export "${keys[@]}"
+   env_file_render "${keys[@]}" \
+     --header "Written by platform/up at every start; manage.py reads it. Secrets: keep it private." \
+     > "$PLATFORM_VAR_DIR/platform.env.new"
+   mv -f "$PLATFORM_VAR_DIR/platform.env.new" "$PLATFORM_VAR_DIR/platform.env")
 }
 
 # redis.conf for this machine: the shared platform/redis.conf plus port, directory, password.
@@ -289,7 +322,7 @@ write_redis_conf() {
 include $PLATFORM_ROOT/platform/redis.conf
 port $REDIS_PORT
 dir $PLATFORM_VAR_DIR/redis
-requirepass $REDIS_PASSWORD
+requirepass $(redis_conf_quote "$REDIS_PASSWORD")
 bind $REDIS_BIND
 $(redis_tls_lines)
 CONF

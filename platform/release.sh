@@ -108,7 +108,7 @@ JOIN_KEYS=(DJANGO_SECRET_KEY DATABASE_URL REDIS_URL REDIS_SENTINELS REDIS_SENTIN
 # REDIS_TLS_CA_FILE, a path on this host). A file other users may read is refused: it holds
 # the data host's secrets.
 join_file_read() {
-  local file="$1" line key n=0
+  local file="$1"
   if [ ! -f "$file" ] || [ ! -r "$file" ]; then
     echo "platform/install: --join $file: no such readable file (copy the data host's" \
       "/etc/platform/platform.env)" >&2
@@ -119,17 +119,8 @@ join_file_read() {
       "the data host's secrets: chmod 600 it" >&2
     exit 1
   fi
-  while IFS= read -r line || [ -n "$line" ]; do
-    n=$((n + 1))
-    case "$line" in ''|'#'*) continue ;; esac
-    if [[ ! "$line" =~ ^([A-Z][A-Z0-9_]*)=(.*)$ ]]; then
-      echo "platform/install: --join $file line $n is not NAME=value" >&2
-      exit 1
-    fi
-    key="${BASH_REMATCH[1]}"
-    case " ${JOIN_KEYS[*]} " in *" $key "*) ;; *) continue ;; esac
-    [ -n "${!key:-}" ] || export "$key=${BASH_REMATCH[2]}"
-  done < "$file"
+  # The one parser (apps/ops/envfile.py): the shared keys only, as data.
+  env_file_export "$file" --keep "${JOIN_KEYS[@]}"
 }
 
 # The host part of a URL (scheme://user:password@host:port/...), for the checks below.
@@ -210,66 +201,79 @@ join_values_check() {
   fi
 }
 
-# Generated once; a second install keeps every value (and the secrets with it).
+# Generated once; a second install keeps every value (and the secrets with it). Written by
+# apps/ops/envfile.py in systemd's EnvironmentFile= format and read back by it (never sourced):
+# every value is data, whatever it holds (adr/0037). Everything the installer was told is
+# written here, so upgrade, rollback and a second install render the same configuration.
 ensure_env_file() {
   local host="$1"
   if [ ! -f "$ENV_FILE" ]; then
-    local web_port="${WEB_PORT:-443}" redis_port="${REDIS_PORT:-6390}" redis_password origin
-    local roles="${PLATFORM_ROLES:-web,workers,beat,flower,data}"
-    local secret_key="${DJANGO_SECRET_KEY:-}" redis_url="${REDIS_URL:-}"
-    local database_url="${DATABASE_URL:-sqlite:///$DATA_DIR/db.sqlite3}"
-    redis_password="${REDIS_PASSWORD:-$(secret 24)}"
     join_values_check
-    [ -n "$secret_key" ] || secret_key="$(secret 48)"
-    local bind="${REDIS_BIND:-127.0.0.1}" tls_lines
+    local roles="${PLATFORM_ROLES:-web,workers,beat,flower,data}"
+    local bind="${REDIS_BIND:-127.0.0.1}"
     data_bind_check "$roles" "$bind" REDIS_BIND
-    tls_lines="$(install_redis_tls)"
-    local redis_lines
-    if [ -z "$redis_url" ] && [ -n "${REDIS_SENTINELS:-}" ]; then
-      # Redis through the data hosts' sentinels (settings: REDIS_SENTINELS wins over a URL).
-      redis_lines="$(printf '%s\n' "REDIS_SENTINELS=$REDIS_SENTINELS" \
-        "REDIS_SENTINEL_PASSWORD=${REDIS_SENTINEL_PASSWORD:-}" \
-        ${REDIS_SENTINEL_MASTER:+"REDIS_SENTINEL_MASTER=$REDIS_SENTINEL_MASTER"} \
-        ${REDIS_TLS:+"REDIS_TLS=$REDIS_TLS"})"
-    else
-      [ -n "$redis_url" ] || redis_url="$(redis_scheme)://:$redis_password@${bind%% *}:$redis_port/0"
-      redis_lines="REDIS_URL=$redis_url"
-    fi
-    origin="https://$host"
-    [ "$web_port" = 443 ] || origin="$origin:$web_port"
+    redis_replica_check
+    numbers_check
     local tmp
     tmp="$(mktemp)"
-    cat > "$tmp" <<ENV
-# Written once by platform/install; every process of the platform reads it (systemd's
-# EnvironmentFile=, platform-manage). Secrets: root and $PLATFORM_USER only.
-DJANGO_SETTINGS_MODULE=config.settings.production
-DJANGO_SECRET_KEY=$secret_key
-DJANGO_ALLOWED_HOSTS=$host,localhost,127.0.0.1
-DJANGO_CSRF_TRUSTED_ORIGINS=$origin
-DATABASE_URL=$database_url
-PLATFORM_VAR_DIR=$DATA_DIR
-PLATFORM_ROLES=$roles
-${PLATFORM_REQUIRE_TLS:+PLATFORM_REQUIRE_TLS=$PLATFORM_REQUIRE_TLS}
-REDIS_PASSWORD=$redis_password
-REDIS_PORT=$redis_port
-REDIS_BIND=$bind
-$redis_lines
-$tls_lines
-FLOWER_PORT=${FLOWER_PORT:-5555}
-FLOWER_BASIC_AUTH=admin:$(secret 24)
-WEB_HOST=${WEB_HOST:-0.0.0.0}
-WEB_PORT=$web_port
-WEB_WORKERS=${WEB_WORKERS:-2}
-CELERY_CONCURRENCY=${CELERY_CONCURRENCY:-2}
-ENV
+    (
+      export DJANGO_SETTINGS_MODULE=config.settings.production PLATFORM_VAR_DIR="$DATA_DIR" \
+        PLATFORM_ROLES="$roles" REDIS_BIND="$bind" REDIS_PORT="${REDIS_PORT:-6390}" \
+        WEB_PORT="${WEB_PORT:-443}" WEB_HOST="${WEB_HOST:-0.0.0.0}" \
+        WEB_WORKERS="${WEB_WORKERS:-2}" CELERY_CONCURRENCY="${CELERY_CONCURRENCY:-2}" \
+        FLOWER_PORT="${FLOWER_PORT:-5555}" FLOWER_BASIC_AUTH="admin:$(secret 24)" \
+        DATABASE_URL="${DATABASE_URL:-sqlite:///$DATA_DIR/db.sqlite3}" \
+        DJANGO_ALLOWED_HOSTS="$host,localhost,127.0.0.1"
+      export REDIS_PASSWORD="${REDIS_PASSWORD:-$(secret 24)}"
+      [ -n "${DJANGO_SECRET_KEY:-}" ] || export DJANGO_SECRET_KEY="$(secret 48)"
+      local origin="https://$host" keys
+      [ "$WEB_PORT" = 443 ] || origin="$origin:$WEB_PORT"
+      export DJANGO_CSRF_TRUSTED_ORIGINS="$origin"
+      install_redis_tls
+      keys=(DJANGO_SETTINGS_MODULE DJANGO_SECRET_KEY DJANGO_ALLOWED_HOSTS
+        DJANGO_CSRF_TRUSTED_ORIGINS DATABASE_URL PLATFORM_VAR_DIR PLATFORM_ROLES
+        PLATFORM_REQUIRE_TLS REDIS_PASSWORD REDIS_PORT REDIS_BIND)
+      if [ -z "${REDIS_URL:-}" ] && [ -n "${REDIS_SENTINELS:-}" ]; then
+        # Redis through the data hosts' sentinels (settings: REDIS_SENTINELS wins over a URL).
+        export REDIS_SENTINEL_PASSWORD="${REDIS_SENTINEL_PASSWORD:-}"
+        keys+=(REDIS_SENTINELS REDIS_SENTINEL_PASSWORD REDIS_SENTINEL_MASTER REDIS_TLS)
+      else
+        [ -n "${REDIS_URL:-}" ] || REDIS_URL="$(redis_scheme)://:$(url_quote "$REDIS_PASSWORD")@$(url_host_of "${bind%% *}"):$REDIS_PORT/0"
+        export REDIS_URL
+        keys+=(REDIS_URL)
+      fi
+      # Sentinel and replica settings (platform/install's environment): without them an
+      # upgrade would write a replica's redis.conf without replicaof.
+      keys+=(REDIS_TLS_CA_FILE REDIS_TLS_CERT REDIS_TLS_KEY REDIS_REPLICA_OF SENTINEL_PORT
+        SENTINEL_BIND REDIS_SENTINEL_PRIMARY POSTGRES_MAJOR FLOWER_PORT FLOWER_BASIC_AUTH
+        WEB_HOST WEB_PORT WEB_WORKERS CELERY_CONCURRENCY)
+      env_file_render "${keys[@]}" \
+        --header "Written once by platform/install; every process of the platform reads it (systemd's" \
+        --header "EnvironmentFile=, platform-manage) with apps/ops/envfile.py. Secrets: root and $PLATFORM_USER only." \
+        > "$tmp"
+    ) || { rm -f "$tmp"; exit 1; }
     install -m 640 -o root -g "$PLATFORM_USER" "$tmp" "$ENV_FILE"
     rm -f "$tmp"
   fi
   chmod 640 "$ENV_FILE"; chown "root:$PLATFORM_USER" "$ENV_FILE"
-  set -a
-  # shellcheck disable=SC1090
-  . "$ENV_FILE"
-  set +a
+  env_file_load_installed
+}
+
+# Ports and counts are numbers: refused before anything is written, naming the setting.
+numbers_check() {
+  local name
+  for name in REDIS_PORT WEB_PORT FLOWER_PORT WEB_WORKERS CELERY_CONCURRENCY SENTINEL_PORT; do
+    if [ -n "${!name:-}" ] && ! [[ "${!name}" =~ ^[0-9]{1,5}$ ]]; then
+      echo "platform/install: $name must be a number" >&2
+      exit 1
+    fi
+  done
+}
+
+# The installed environment file's values into this shell, as data (install, upgrade,
+# rollback): the file wins over the environment, as it did when it was first written.
+env_file_load_installed() {
+  env_file_export "$ENV_FILE"
 }
 
 # Backups on PostgreSQL run pg_dump and pg_restore of the server's major version
@@ -312,22 +316,20 @@ with psycopg.connect(os.environ["DATABASE_URL"], connect_timeout=10) as conn:
 
 # TLS between hosts (adr/0026), given at the first install: REDIS_TLS_CA_FILE (every host: the
 # private CA its clients verify) and, on the data host, REDIS_TLS_CERT and REDIS_TLS_KEY (its
-# pair, platform/certs). Copied where the platform's user reads them; prints the environment
-# file's lines naming the copies.
+# pair, platform/certs). Copied where the platform's user reads them; the variables then name
+# the copies (written into the environment file).
 install_redis_tls() {
   local tls="$ETC_DIR/tls"
   if [ -n "${REDIS_TLS_CA_FILE:-}" ]; then
     install_if_changed "$REDIS_TLS_CA_FILE" "$tls/ca.pem" 644 root "$PLATFORM_USER"
-    REDIS_TLS_CA_FILE="$tls/ca.pem"
-    echo "REDIS_TLS_CA_FILE=$REDIS_TLS_CA_FILE"
+    export REDIS_TLS_CA_FILE="$tls/ca.pem"
   fi
   if [ -n "${REDIS_TLS_CERT:-}" ]; then
     : "${REDIS_TLS_KEY:?platform/install: REDIS_TLS_CERT needs REDIS_TLS_KEY}"
     : "${REDIS_TLS_CA_FILE:?platform/install: REDIS_TLS_CERT needs REDIS_TLS_CA_FILE}"
     install_if_changed "$REDIS_TLS_CERT" "$tls/redis-server.pem" 644 root "$PLATFORM_USER"
     install_if_changed "$REDIS_TLS_KEY" "$tls/redis-server.key" 640 root "$PLATFORM_USER"
-    REDIS_TLS_CERT="$tls/redis-server.pem" REDIS_TLS_KEY="$tls/redis-server.key"
-    printf '%s\n' "REDIS_TLS_CERT=$REDIS_TLS_CERT" "REDIS_TLS_KEY=$REDIS_TLS_KEY"
+    export REDIS_TLS_CERT="$tls/redis-server.pem" REDIS_TLS_KEY="$tls/redis-server.key"
   fi
 }
 
@@ -356,7 +358,7 @@ write_redis_conf_for() {
 include $APP_DIR/current/platform/redis.conf
 port $REDIS_PORT
 dir $DATA_DIR/redis
-requirepass $REDIS_PASSWORD
+requirepass $(redis_conf_quote "$REDIS_PASSWORD")
 bind ${REDIS_BIND:-127.0.0.1}
 $(redis_tls_lines)
 $(redis_replica_lines)
@@ -371,7 +373,7 @@ CONF
 # who follows whom; they tell each node at run time.
 redis_replica_lines() {
   [ -n "${REDIS_SENTINELS:-}${REDIS_REPLICA_OF:-}" ] || return 0
-  echo "masterauth $REDIS_PASSWORD"
+  echo "masterauth $(redis_conf_quote "$REDIS_PASSWORD")"
   # The address the sentinels and clients reach it on: without it the primary reports the
   # replica by the source address of its connection, which on a host with several addresses
   # (or behind NAT) is not the one it listens on.
@@ -422,7 +424,8 @@ write_sentinel_conf_for() {
   install -d -m 750 -o "$PLATFORM_USER" -g "$PLATFORM_USER" "$dir"
   tmp="$(mktemp)"
   SENTINEL_PORT="${SENTINEL_PORT:-26379}" SENTINEL_BIND="${SENTINEL_BIND:-${REDIS_BIND:-127.0.0.1}}" \
-    SENTINEL_DIR="$dir" SENTINEL_PASSWORD="$REDIS_SENTINEL_PASSWORD" \
+    SENTINEL_DIR="$dir" SENTINEL_PASSWORD="$(redis_conf_quote "$REDIS_SENTINEL_PASSWORD")" \
+    REDIS_PASSWORD="$(redis_conf_quote "$REDIS_PASSWORD")" \
     MASTER_NAME="${REDIS_SENTINEL_MASTER:-platform}" PRIMARY_HOST="${primary% *}" \
     PRIMARY_PORT="${primary##* }" DOWN_AFTER_MS=5000 FAILOVER_TIMEOUT_MS=60000 \
     "$SYSTEM_PYTHON" -c 'import os, string, sys
@@ -451,19 +454,32 @@ role_units() {
   echo "${units[*]}"
 }
 
+# Everything rendered from the environment file's values: redis.conf, the sentinel's file
+# (once), the units, platform-manage. Install, upgrade and rollback call this one function
+# with the values read from the file, so each renders what the first install rendered.
+render_host_config() {
+  write_redis_conf_for "$ETC_DIR/redis.conf"
+  write_sentinel_conf_for "$DATA_DIR/sentinel/sentinel.conf"
+  install_units
+  install_manage_wrapper
+}
+
 install_units() {
   local unit tmp wants
   tmp="$(mktemp)"
   wants="$(role_units)"
   for unit in "$PLATFORM_ROOT"/platform/systemd/*; do
-    sed -e "s|@USER@|$PLATFORM_USER|g" -e "s|@ETC_DIR@|$ETC_DIR|g" \
-        -e "s|@DATA_DIR@|$DATA_DIR|g" -e "s|@APP_DIR@|$APP_DIR|g" \
-        -e "s|@WANTS@|$wants|g" \
-        -e "s|@WEB_LISTEN@|$WEB_HOST:$WEB_PORT|g" "$unit" > "$tmp"
+    # Every value escaped for sed's replacement (| & \): a value never becomes sed script.
+    sed -e "s|@USER@|$(sed_escape "$PLATFORM_USER")|g" -e "s|@ETC_DIR@|$(sed_escape "$ETC_DIR")|g" \
+        -e "s|@DATA_DIR@|$(sed_escape "$DATA_DIR")|g" -e "s|@APP_DIR@|$(sed_escape "$APP_DIR")|g" \
+        -e "s|@WANTS@|$(sed_escape "$wants")|g" \
+        -e "s|@WEB_LISTEN@|$(sed_escape "$(url_host_of "$WEB_HOST"):$WEB_PORT")|g" "$unit" > "$tmp"
     install_if_changed "$tmp" "$UNIT_DIR/$(basename "$unit")" 644 root root
   done
   rm -f "$tmp"
 }
+
+sed_escape() { printf '%s' "$1" | sed -e 's/[|&\\]/\\&/g'; }
 
 install_manage_wrapper() {
   local tmp

@@ -30,15 +30,18 @@ ensure_sentinel_env() {
   fi
   local env_file="$PLATFORM_VAR_DIR/dev.env"
   # Generated once, like the others; a dev.env from before Sentinel gets it added.
-  if ! grep -q "^REDIS_SENTINEL_PASSWORD=" "$env_file"; then
-    (umask 077; echo "REDIS_SENTINEL_PASSWORD=$(random_secret)" >> "$env_file")
+  unset REDIS_SENTINEL_PASSWORD
+  env_file_export "$env_file" REDIS_SENTINEL_PASSWORD
+  if [ -z "${REDIS_SENTINEL_PASSWORD:-}" ]; then
+    (umask 077
+     export REDIS_SENTINEL_PASSWORD="$(random_secret)"
+     env_file_render REDIS_SENTINEL_PASSWORD >> "$env_file")
+    env_file_export "$env_file" REDIS_SENTINEL_PASSWORD
   fi
-  REDIS_SENTINEL_PASSWORD="$(sed -n 's/^REDIS_SENTINEL_PASSWORD=//p' "$env_file")"
-  export REDIS_SENTINEL_PASSWORD
   export REDIS_REPLICA_PORT="${REDIS_REPLICA_PORT:-$((REDIS_PORT + 1))}"
   export SENTINEL_PORTS="${SENTINEL_PORTS:-26390 26391 26392}"
   local bind="${REDIS_BIND%% *}" port list=()
-  for port in $SENTINEL_PORTS; do list+=("$bind:$port"); done
+  for port in $SENTINEL_PORTS; do list+=("$(url_host_of "$bind"):$port"); done
   if [ "${#list[@]}" -ne 3 ]; then
     echo "platform: SENTINEL_PORTS must name three ports, got '$SENTINEL_PORTS'" >&2
     exit 1
@@ -49,15 +52,7 @@ ensure_sentinel_env() {
   # nothing points at one node by mistake.
   export REDIS_URL=""
   export SUPERVISOR_INCLUDES=supervisord-sentinel.conf
-  write_platform_env
-  umask 077
-  cat >> "$PLATFORM_VAR_DIR/platform.env" <<ENV
-REDIS_SENTINELS=$REDIS_SENTINELS
-REDIS_SENTINEL_MASTER=$REDIS_SENTINEL_MASTER
-REDIS_PASSWORD=$REDIS_PASSWORD
-REDIS_SENTINEL_PASSWORD=$REDIS_SENTINEL_PASSWORD
-ENV
-  umask 022
+  write_platform_env  # with the sentinel settings: REDIS_SENTINELS is set now
 }
 
 # The node that is primary now: what the first sentinel recorded last time (Sentinel rewrites

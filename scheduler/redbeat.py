@@ -48,7 +48,7 @@ from celery_conf.queues import QUEUED_AT_HEADER
 
 from .duties import LeaderDuties
 from .fence import Command, Condition, FenceRefused, recorded
-from .jobs import PeriodicJob
+from .jobs import Missed, PeriodicJob
 from .lease import Lease, beat_identity
 from .outbox import OUTBOX_KEY, OutboxItem, slot_task_id
 from .settings import BACKFILL_WINDOW_S, REDIS_SOCKET_TIMEOUT, broker_transport_options
@@ -120,7 +120,13 @@ class FencedEntry(RedBeatSchedulerEntry):
         assert job is not None
         current = job.slot_index(now)
         if self.last_run_at is None:
-            return [job.slot_start(current)]
+            # A first start: the current slot, unless it started longer ago than a message of
+            # it may wait (the job's grace, ``expires``) and the job skips missed slots; then
+            # nothing fires until the next slot (a 13:11 start fires no 02:10 digest).
+            latest = job.slot_start(current)
+            if job.missed is Missed.SKIP and (now - latest).total_seconds() > job.expires:
+                return []
+            return [latest]
         window_start = now - timedelta(seconds=BACKFILL_WINDOW_S)
         first = max(job.slot_index(self.last_run_at) + 1,
                     current - math.ceil(BACKFILL_WINDOW_S / job.every))
@@ -387,6 +393,8 @@ class FencedRedBeatScheduler(RedBeatScheduler):
             return
         token = self.lease.token
         slots = entry.due_slots(entry.default_now())
+        if not slots:  # a first start past a skip job's slot and its grace
+            return
         now = time.time()
         for slot in slots:
             item = OutboxItem(

@@ -47,7 +47,7 @@ class SentinelProc:
         if not self.conf.exists():  # a restarted sentinel keeps what it has learnt
             template = string.Template((ROOT / "platform" / "sentinel.conf").read_text())
             self.conf.write_text(template.substitute(
-                SENTINEL_PORT=self.port, SENTINEL_BIND="127.0.0.1", SENTINEL_DIR=self.dir,
+                SENTINEL_PORT=self.port, SENTINEL_BIND="127.0.0.1 ::1", SENTINEL_DIR=self.dir,
                 SENTINEL_PASSWORD=self.group.sentinel_password, MASTER_NAME=MASTER_NAME,
                 PRIMARY_HOST="127.0.0.1", PRIMARY_PORT=primary_port,
                 REDIS_PASSWORD=self.group.password, DOWN_AFTER_MS=DOWN_AFTER_MS,

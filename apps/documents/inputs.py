@@ -100,7 +100,20 @@ def _from_form(request: HttpRequest) -> Submission:
     return _checked(title or name, content, Document.Source.UPLOAD, name)
 
 
+def _unencodable(value: str) -> bool:
+    """A lone surrogate (JSON's "\\ud800"): text no UTF-8 store or page can hold."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def _checked(title: str, text: str, source: str, filename: str) -> Submission:
+    if _unencodable(text) or _unencodable(title):
+        raise SubmissionError(
+            400, "The text or title holds a lone surrogate (such as \\ud800), which is not "
+            "a character: send valid Unicode.")
     if not text.strip():
         raise SubmissionError(400, "The document is empty.")
     if "\x00" in text:

@@ -7,10 +7,17 @@ acknowledged before the copy began; a command cut off at the end is dropped on l
 network and stored in the same layout. The elected beat schedules ``ops.backup``
 (scheduler/tables.py); each backup's directory is named by its slot, so a slot delivered
 twice is backed up once.
+
+A backup is private (directories 0700, files 0600, whatever the umask) and carries every
+file's sha256, the database engine and the schema (the applied migrations). A restore checks
+all of that before it touches anything, builds the new data beside the live data and switches
+each store in one rename (adr/0038).
 """
 
 from __future__ import annotations
 
+import ctypes
+import hashlib
 import json
 import os
 import shutil
@@ -23,6 +30,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connections
+from django.db.migrations.loader import MigrationLoader
 
 from celery_conf.connections import redis_client
 
@@ -37,6 +45,17 @@ LIBPQ_TLS_ENV = (("sslmode", "PGSSLMODE"), ("sslrootcert", "PGSSLROOTCERT"),
                  ("sslcert", "PGSSLCERT"), ("sslkey", "PGSSLKEY"), ("sslcrl", "PGSSLCRL"))
 # A rewrite can replace the AOF files while they are copied; copy again a few times.
 AOF_COPY_ATTEMPTS = 3
+# Backups hold password hashes and session keys: the platform's user only.
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+# Where a restore builds the new data, beside the live data (same filesystem: one rename).
+RESTORE_PREFIX = ".restore-"
+SQLITE_ENGINE = "django.db.backends.sqlite3"
+POSTGRES_ENGINE = "django.db.backends.postgresql"
+
+
+def _engine_name(engine: str) -> str:
+    return {SQLITE_ENGINE: "sqlite", POSTGRES_ENGINE: "postgresql"}.get(engine, engine)
 
 
 class BackupError(Exception):
@@ -53,8 +72,14 @@ def backup_create(*, slot: str | None = None, root: Path | None = None,
     final = root / f"{BACKUP_PREFIX}{stamp}"
     if final.exists():
         return None
+    if not root.exists():
+        root.mkdir(mode=PRIVATE_DIR_MODE, parents=True)
+        root.chmod(PRIVATE_DIR_MODE)
     partial = root / f".partial-{stamp}-{time.monotonic_ns()}"
-    partial.mkdir(parents=True)
+    # 0700 from the start (mkdir's mode only ever loses bits to the umask): nothing inside is
+    # reachable by another user even before the files are made private below.
+    partial.mkdir(mode=PRIVATE_DIR_MODE)
+    partial.chmod(PRIVATE_DIR_MODE)
     try:
         database = _database_backup(partial)
         if "data" in settings.PLATFORM_ROLES:
@@ -63,10 +88,14 @@ def backup_create(*, slot: str | None = None, root: Path | None = None,
         else:
             # Redis runs on another host (adr/0026): its files are not here to copy.
             redis_files = _redis_snapshot(partial / AOF_DIR_NAME)
+        checksums = {str(path.relative_to(partial)): _sha256(path)
+                     for path in sorted(partial.rglob("*")) if path.is_file()}
         (partial / MANIFEST).write_text(json.dumps({
             "taken_at": datetime.now(UTC).isoformat(), "slot": slot,
-            "database": database, "redis_files": redis_files,
+            "database": database, "redis_files": redis_files, "sha256": checksums,
+            "schema": _schema_applied(),
         }, indent=2))
+        _make_private(partial)
         # Make room first, so the directory never holds more than ``keep`` complete backups
         # (unless two backups run at once), then publish: complete or not at all.
         backups_prune(root=root, keep=keep - 1)
@@ -95,25 +124,167 @@ def backups_prune(*, root: Path, keep: int) -> list[Path]:
 def backup_restore(*, backup: Path, force: bool = False, redis: bool = True) -> dict[str, Any]:
     """Restore the database (and Redis's AOF) from ``backup`` into this box's data paths.
 
-    Refuses to overwrite existing data unless ``force``; Redis must be stopped for its files.
+    Everything is checked first (every part present, its sha256 as recorded, the engine and
+    the schema this code has); existing data is replaced only with ``force`` (Redis stopped).
+    Each store is built beside the live one and switched in one rename: a restore refused,
+    failed or killed leaves the live data exactly as it was.
     """
-    manifest_path = backup / MANIFEST
-    if not manifest_path.exists():
-        raise BackupError(f"{backup} is not a complete backup (no {MANIFEST})")
-    manifest = json.loads(manifest_path.read_text())
+    manifest = backup_verify(backup=backup, redis=redis)
+    conf = settings.DATABASES["default"]
+    aof_target = settings.REDIS_DATA_DIR / AOF_DIR_NAME
+    if not force:
+        if conf["ENGINE"] == SQLITE_ENGINE:
+            target = Path(conf["NAME"])
+            if target.exists() and target.stat().st_size > 0:
+                raise BackupError(f"{target} exists; pass --force to replace it")
+        else:
+            connection = connections["default"]
+            with connection.cursor():
+                tables = connection.introspection.table_names()
+            if tables:
+                raise BackupError(f"database {conf['NAME']!r} on {conf['HOST']} has "
+                                  f"{len(tables)} table(s); pass --force to replace them")
+        if redis and aof_target.exists() and any(aof_target.iterdir()):
+            raise BackupError(f"{aof_target} holds Redis data; stop Redis and pass --force "
+                              "to replace it")
     restored: dict[str, Any] = {"backup": str(backup), "taken_at": manifest["taken_at"]}
-    restored["database"] = _database_restore(backup, force=force)
-    if redis:
-        target = settings.REDIS_DATA_DIR / AOF_DIR_NAME
-        if target.exists() and any(target.iterdir()):
-            if not force:
-                raise BackupError(f"{target} holds Redis data; stop Redis and pass --force "
-                                  "to replace it")
-            shutil.rmtree(target)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(backup / AOF_DIR_NAME, target)
-        restored["redis"] = str(target)
+    _stale_stages_remove(Path(conf["NAME"]).parent if conf["ENGINE"] == SQLITE_ENGINE
+                         else None, aof_target.parent)
+    staged_aof = _aof_stage(backup, aof_target, manifest) if redis else None
+    try:
+        restored["database"] = _database_restore(backup, manifest)
+    except BaseException:
+        if staged_aof is not None:
+            shutil.rmtree(staged_aof, ignore_errors=True)
+        raise
+    if staged_aof is not None:
+        _switch_dir(staged_aof, aof_target)
+        restored["redis"] = str(aof_target)
     return restored
+
+
+def backup_verify(*, backup: Path, redis: bool = True) -> dict[str, Any]:
+    """The backup's manifest, once every check passes; BackupError naming the first failure."""
+    manifest_path = backup / MANIFEST
+    if not manifest_path.is_file():
+        raise BackupError(f"{backup} is not a complete backup (no {MANIFEST})")
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        database = manifest["database"]
+        checksums = manifest["sha256"]
+        schema = manifest["schema"]
+        engine, file_name = database["engine"], database["file"]
+    except (ValueError, KeyError, TypeError):
+        raise BackupError(f"{manifest_path} is not a manifest this release can read (made "
+                          "before backups carried checksums, or damaged)") from None
+    live = _engine_name(settings.DATABASES["default"]["ENGINE"])
+    if engine != live:
+        raise BackupError(f"{backup} is a {engine} backup and this box's database is {live}: "
+                          "restore it on a box with the same engine (DATABASE_URL)")
+    needed = [file_name]
+    if redis:
+        if not isinstance(manifest.get("redis_files"), list) or not manifest["redis_files"]:
+            raise BackupError(f"{backup} holds no Redis files (restore with --no-redis)")
+        needed += [f"{AOF_DIR_NAME}/{name}" for name in manifest["redis_files"]]
+    for name in needed:
+        path = backup / name
+        if not path.is_file():
+            raise BackupError(f"{backup} is incomplete: {name} is missing")
+        if checksums.get(name) != _sha256(path):
+            raise BackupError(f"{backup}: {name} does not match the checksum recorded when the "
+                              "backup was taken (damaged or altered)")
+    known = _schema_known()
+    theirs = {tuple(pair) for pair in schema}
+    if theirs != known:
+        newer, older = sorted(theirs - known), sorted(known - theirs)
+        raise BackupError(
+            f"{backup} was taken with another schema than this release's "
+            f"({len(newer)} migration(s) this release lacks, {len(older)} it has that the "
+            f"backup lacks, e.g. {(newer or older)[0][0]}.{(newer or older)[0][1]}): restore it "
+            "with the release that took it")
+    return manifest
+
+
+def _stale_stages_remove(*directories: Path | None) -> None:
+    """What a restore killed half-way left beside the live data (never the live data)."""
+    for directory in directories:
+        if directory is None or not directory.is_dir():
+            continue
+        for path in directory.glob(f"{RESTORE_PREFIX}*"):
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        while chunk := file.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _make_private(directory: Path) -> None:
+    directory.chmod(PRIVATE_DIR_MODE)
+    for path in directory.rglob("*"):
+        path.chmod(PRIVATE_DIR_MODE if path.is_dir() else PRIVATE_FILE_MODE)
+
+
+def _schema_applied() -> list[list[str]]:
+    """The migrations applied to the live database, as [app, name] pairs."""
+    loader = MigrationLoader(connections["default"], ignore_no_migrations=True)
+    return sorted([app, name] for app, name in loader.applied_migrations)
+
+
+def _schema_known() -> set[tuple[str, str]]:
+    """The migrations this release's code has (what its schema is once migrated)."""
+    return set(MigrationLoader(None, ignore_no_migrations=True).disk_migrations)
+
+
+def _aof_stage(backup: Path, target: Path, manifest: dict[str, Any]) -> Path:
+    """The backup's AOF directory copied beside ``target`` and checked again there."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staged = target.parent / f"{RESTORE_PREFIX}{AOF_DIR_NAME}-{time.monotonic_ns()}"
+    try:
+        shutil.copytree(backup / AOF_DIR_NAME, staged)
+        for name in manifest["redis_files"]:
+            if _sha256(staged / name) != manifest["sha256"][f"{AOF_DIR_NAME}/{name}"]:
+                raise BackupError(f"the copy of {name} differs from the backup (disk error?)")
+        _fsync_tree(staged)
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+    return staged
+
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+
+
+def _switch_dir(staged: Path, target: Path) -> None:
+    """Put ``staged`` at ``target`` in one step: renameat2(RENAME_EXCHANGE) swaps the two
+    directories atomically (glibc's documented wrapper), so at every instant ``target`` is
+    either the old data or the new; the old one is removed afterwards."""
+    if not target.exists():
+        staged.rename(target)
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    at_fdcwd = -100
+    if libc.renameat2(at_fdcwd, os.fsencode(staged), at_fdcwd, os.fsencode(target),
+                      _RENAME_EXCHANGE) != 0:
+        error = ctypes.get_errno()
+        shutil.rmtree(staged, ignore_errors=True)
+        raise BackupError(f"cannot switch {target}: {os.strerror(error)}")
+    shutil.rmtree(staged, ignore_errors=True)  # now the old data
+
+
+def _fsync_tree(directory: Path) -> None:
+    for path in [*directory.rglob("*"), directory]:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _database_backup(directory: Path) -> dict[str, Any]:
@@ -138,33 +309,37 @@ def _database_backup(directory: Path) -> dict[str, Any]:
     raise BackupError(f"no backup method for {conf['ENGINE']}")
 
 
-def _database_restore(backup: Path, *, force: bool) -> dict[str, Any]:
+def _database_restore(backup: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     conf = settings.DATABASES["default"]
     if conf["ENGINE"] == "django.db.backends.sqlite3":
         target = Path(conf["NAME"])
-        if target.exists() and target.stat().st_size > 0 and not force:
-            raise BackupError(f"{target} exists; pass --force to replace it")
-        connections.close_all()
-        for suffix in ("-wal", "-shm"):
-            Path(f"{target}{suffix}").unlink(missing_ok=True)
         target.parent.mkdir(parents=True, exist_ok=True)
-        source = sqlite3.connect(str(backup / SQLITE_FILE))
-        dest = sqlite3.connect(str(target))
+        staged = target.parent / f"{RESTORE_PREFIX}{target.name}-{time.monotonic_ns()}"
         try:
-            source.backup(dest)
-        finally:
-            dest.close()
-            source.close()
+            shutil.copyfile(backup / SQLITE_FILE, staged)
+            if _sha256(staged) != manifest["sha256"][SQLITE_FILE]:
+                raise BackupError("the copy of the database differs from the backup (disk error?)")
+            _fsync_tree(staged)
+            connections.close_all()
+            if target.exists():
+                # The live WAL's committed pages into the database file, and the WAL emptied:
+                # the same data, and no WAL left that SQLite could replay onto the new file.
+                live = sqlite3.connect(str(target), timeout=conf["OPTIONS"].get("timeout", 20))
+                try:
+                    live.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                finally:
+                    live.close()
+            staged.rename(target)
+        except BaseException:
+            staged.unlink(missing_ok=True)
+            raise
+        for suffix in ("-wal", "-shm"):  # empty after the checkpoint; the old file's
+            Path(f"{target}{suffix}").unlink(missing_ok=True)
         return {"engine": "sqlite", "file": str(target)}
     if conf["ENGINE"] == "django.db.backends.postgresql":
-        connection = connections["default"]
-        with connection.cursor():
-            tables = connection.introspection.table_names()
-        if tables and not force:
-            raise BackupError(f"database {conf['NAME']!r} on {conf['HOST']} has "
-                              f"{len(tables)} table(s); pass --force to replace them")
         connections.close_all()
-        # All or nothing: a restore cut short leaves the database as it was.
+        # All or nothing: one transaction, so a restore cut short (or killed) leaves the
+        # database as it was.
         _pg_run("pg_restore", "--clean", "--if-exists", "--no-owner", "--no-password",
                 "--single-transaction", "--exit-on-error", "--dbname", str(conf["NAME"]),
                 str(backup / PG_DUMP_FILE))

@@ -11,7 +11,8 @@ class JobRun(models.Model):
 
     However often a slot is fired (two beats, a clock jump, a Redis failover, a redelivered
     message), only the delivery that inserts this row does the slot's work. Manual runs are
-    outside the constraint, so they can never take or block a scheduled slot.
+    outside that constraint, so they can never take or block a scheduled slot; each manual
+    run has at most one row per task id, its own fence.
     """
 
     class Kind(models.TextChoices):
@@ -45,10 +46,20 @@ class JobRun(models.Model):
     detail = models.TextField(blank=True)
     # Later deliveries of this slot that the fence turned away.
     duplicates = models.PositiveIntegerField(default=0)
+    # Deliveries that ran it: a takeover of a failed or lost attempt adds one; bounded, so a
+    # pool process that dies every time cannot repeat it forever.
+    attempts = models.PositiveIntegerField(default=1)
 
     class Meta:
         ordering = ["-slot", "-id"]
         constraints = [
+            # A manual run is fenced by its task id, as a slot by its start: a redelivered
+            # message is the same run, never a second one.
+            models.UniqueConstraint(
+                fields=["job", "task_id"],
+                condition=models.Q(kind="manual") & ~models.Q(task_id=""),
+                name="reports_one_run_per_manual_task",
+            ),
             models.UniqueConstraint(
                 fields=["job", "slot"],
                 condition=models.Q(kind="scheduled"),

@@ -9,6 +9,7 @@ slot since its last finished run, a skip job only its own slot.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core import mail
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 from redis.exceptions import RedisError
@@ -41,6 +42,16 @@ Outcome = JobRun.Outcome
 MAX_CATCH_UP_SLOTS = 168
 # Titles listed in one digest; the rest are counted.
 DIGEST_MAX_TITLES = 20
+# Deliveries one run may take: a pool process that dies on it every time (a job that runs out
+# of memory) stops after this many, failed, instead of looping without bound.
+MAX_ATTEMPTS = 3
+# A redelivered message finds its run still "running" until the worker's heartbeat (every
+# lease renewal, 5 s by default) stops naming the dead pool process: wait this long at most
+# for that proof before treating the delivery as a second, live copy.
+TAKEOVER_WAIT_S = 20.0
+# job_run_finish's own retries of a database error: the work has committed, so the record of
+# how it ended must land too (backoff 0.2, 0.4, ... s; about 6 s in all).
+FINISH_ATTEMPTS = 5
 
 
 class UnknownJob(ValueError):
@@ -85,37 +96,78 @@ def job_run_begin(
     *, job: PeriodicJob, slot: datetime | None, fired_by: str, task_id: str, worker: str,
     worker_pid: int | None = None, pool_pid: int | None = None,
 ) -> JobRun | None:
-    """Insert the run record; None if this scheduled slot already ran or is running.
+    """Insert the run record; None if this run already ran or is running elsewhere.
 
-    A failed or lost run of the slot is taken over by the next delivery, whatever its task id
-    (a retry, a second beat's message, a redelivery after a pool child died): the run's
-    recorded effects (JobEffect) make the takeover skip what the first attempt already did.
+    The fence: one row per scheduled slot, and one per manual run's task id. A failed or lost
+    run is taken over by the next delivery (a retry, a second beat's message, a redelivery
+    after a pool child died), and so is a "running" one whose attempt is provably over (its
+    pool process is this one, or the heartbeat no longer names it): the run's recorded
+    effects (JobEffect) make the takeover skip what the earlier attempt already did.
     """
     now = timezone.now()
-    if slot is None:  # by hand: never a grid slot, never fenced against one
-        return JobRun.objects.create(
-            job=job.name, kind=Kind.MANUAL, slot=now, covers_from=now, fired_by=fired_by,
-            task_id=task_id, worker=worker, worker_pid=worker_pid, pool_pid=pool_pid,
-        )
-    fields = {"covers_from": _covers_from(job, slot), "fired_by": fired_by, "task_id": task_id,
-              "worker": worker, "worker_pid": worker_pid, "pool_pid": pool_pid}
+    fields = {"fired_by": fired_by, "task_id": task_id, "worker": worker,
+              "worker_pid": worker_pid, "pool_pid": pool_pid}
+    if slot is None:
+        if not task_id:  # no id to fence by (called directly, not by a task)
+            return JobRun.objects.create(job=job.name, kind=Kind.MANUAL, slot=now,
+                                         covers_from=now, **fields)
+        fence = {"job": job.name, "kind": Kind.MANUAL, "task_id": task_id}
+        create = {"slot": now, "covers_from": now}
+    else:
+        fence = {"job": job.name, "kind": Kind.SCHEDULED, "slot": slot}
+        create = {"covers_from": _covers_from(job, slot)}
     try:
         with transaction.atomic():
-            return JobRun.objects.create(job=job.name, kind=Kind.SCHEDULED, slot=slot, **fields)
+            return JobRun.objects.create(**{**fields, **create, **fence})
     except IntegrityError:
         pass
+    existing = JobRun.objects.filter(**fence).first()
+    if existing is not None and existing.outcome == Outcome.RUNNING \
+            and _attempt_over(job=job, run=existing):
+        JobRun.objects.filter(pk=existing.pk, outcome=Outcome.RUNNING).update(
+            outcome=Outcome.LOST, finished_at=timezone.now(),
+            detail="its attempt ended without finishing (its process died or it was retried)")
+    if existing is not None and existing.attempts >= MAX_ATTEMPTS \
+            and existing.outcome in (Outcome.FAILED, Outcome.LOST):
+        JobRun.objects.filter(pk=existing.pk).update(
+            outcome=Outcome.FAILED, finished_at=timezone.now(),
+            detail=f"given up after {existing.attempts} attempts: {existing.detail}"[:2000])
+        logger.error("reports: %s run %s given up after %d attempts", job.name, existing.pk,
+                     existing.attempts)
+        return None
     # A failed or lost run is taken over; a running or done one makes this a second delivery.
-    retaken = JobRun.objects.filter(
-        job=job.name, kind=Kind.SCHEDULED, slot=slot, outcome__in=(Outcome.FAILED, Outcome.LOST)
-    ).update(outcome=Outcome.RUNNING, started_at=now, finished_at=None, **fields)
+    retaken = JobRun.objects.filter(**fence, outcome__in=(Outcome.FAILED, Outcome.LOST)).update(
+        outcome=Outcome.RUNNING, started_at=now, finished_at=None, attempts=F("attempts") + 1,
+        **fields, **({} if slot is None else create))
     if retaken:
-        return JobRun.objects.get(job=job.name, kind=Kind.SCHEDULED, slot=slot)
-    JobRun.objects.filter(job=job.name, kind=Kind.SCHEDULED, slot=slot).update(
-        duplicates=F("duplicates") + 1
-    )
-    logger.warning("reports: %s slot %s fired again (by %s); the fence kept it to one run",
-                   job.name, slot.isoformat(), fired_by)
+        return JobRun.objects.get(**fence)
+    JobRun.objects.filter(**fence).update(duplicates=F("duplicates") + 1)
+    logger.warning("reports: %s %s delivered again (by %s); the fence kept it to one run",
+                   job.name, slot.isoformat() if slot else f"task {task_id}", fired_by)
     return None
+
+
+def _attempt_over(*, job: PeriodicJob, run: JobRun) -> bool:
+    """Is the "running" attempt of ``run`` provably over? Yes if it ran in this very pool
+    process (one task at a time: it was this task's earlier try, e.g. a retry after its
+    finish failed); else once the worker's heartbeat stops naming its process, waited for up
+    to TAKEOVER_WAIT_S (a redelivery after a SIGKILL comes before the next heartbeat)."""
+    if run.pool_pid is not None and run.pool_pid == os.getpid() and \
+            run.worker_pid == os.getppid():
+        return True
+    if run.worker_pid is None:
+        return False
+    deadline = time.monotonic() + TAKEOVER_WAIT_S
+    while True:
+        try:
+            if not worker_alive(run.worker, run.worker_pid, run.pool_pid,
+                                since=run.started_at.timestamp()):
+                return True
+        except RedisError:
+            return False
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.25)
 
 
 def job_runs_mark_lost(*, job: PeriodicJob) -> int:
@@ -187,18 +239,31 @@ def _covers_from(job: PeriodicJob, slot: datetime) -> datetime:
 
 
 def job_run_finish(*, run_id: int, outcome: str, detail: str = "") -> None:
-    JobRun.objects.filter(pk=run_id).update(
-        outcome=outcome, finished_at=timezone.now(), detail=detail[:2000]
-    )
+    """Record how the run ended. The work has committed by now, so a database error is
+    retried here (FINISH_ATTEMPTS); if it still fails it is raised, and the task's retry
+    takes the run over as its own earlier attempt (job_run_begin), never as a duplicate."""
+    for attempt in range(FINISH_ATTEMPTS):
+        try:
+            JobRun.objects.filter(pk=run_id).update(
+                outcome=outcome, finished_at=timezone.now(), detail=detail[:2000])
+            break
+        except DatabaseError:
+            if attempt == FINISH_ATTEMPTS - 1:
+                raise
+            logger.warning("reports: recording run %s as %s failed; trying again", run_id,
+                           outcome, exc_info=True)
+            time.sleep(0.2 * 2 ** attempt)
     run_publish(run_id=run_id)  # and how it ended
 
 
 def job_trigger(*, job_name: str, requested_by: str) -> str:
     """Queue a manual run of a job; returns the task id. Recorded as a manual run."""
-    from .tasks import TASKS  # the task module imports this one
+    from celery import current_app
 
     job = job_get(job_name)
-    result = TASKS[job.name].apply_async(kwargs={"slot": None, "fired_by": requested_by})
+    # By its stable name, routed like the beat's messages (celery_conf/names.py): every job
+    # in the schedule tables, the reports' own and ops.backup alike.
+    result = current_app.send_task(job.name, kwargs={"slot": None, "fired_by": requested_by})
     return str(result.id)
 
 
@@ -250,16 +315,24 @@ def daily_digest(job: PeriodicJob, run: JobRun) -> str:
         for user in (get_user_model().objects.filter(is_active=True).exclude(email="")
                      .order_by("pk")):
             key = f"digest:user:{user.pk}"
-            if job_effect_done(run=run, key=key):
-                skipped += 1
-                continue
-            documents = list(
-                Document.objects.filter(owner=user, created_at__gte=since,
-                                        created_at__lt=run.slot)
-                .order_by("created_at").values_list("title", "word_count")
-            )
-            if connection.send_messages([_digest_message(user.email, run, since, documents)]):
+            with transaction.atomic():
+                # The run's row lock, like the roll-up and the purge: two attempts of one run
+                # check and record each user one after the other. The record commits right
+                # after the backend accepted the mail (or not at all if it refused).
+                job_run_lock(run=run)
+                if job_effect_done(run=run, key=key):
+                    skipped += 1
+                    continue
+                documents = list(
+                    Document.objects.filter(owner=user, created_at__gte=since,
+                                            created_at__lt=run.slot)
+                    .order_by("created_at").values_list("title", "word_count")
+                )
                 job_effect_record(run=run, key=key, detail=user.email)
+                if not connection.send_messages([_digest_message(user.email, run, since,
+                                                                 documents)]):
+                    transaction.set_rollback(True)
+                    continue
                 sent += 1
     return f"{sent} digest(s) sent" + (f", {skipped} already sent by an earlier attempt"
                                         if skipped else "")

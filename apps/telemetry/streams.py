@@ -3,7 +3,8 @@
 Served by ``apps.stream_front`` (settings.STREAM_ENDPOINTS). Each stream samples on its own
 clock and costs CPU for as long as it is open (adr/0019 measures it), so a worker serves at
 most ``TELEMETRY_STREAMS_PER_WORKER`` at once; beyond that it answers 503 with Retry-After,
-and the page waits that long and tries again (any worker may have room by then).
+and the page waits that long and tries again (any worker may have room by then). One user
+holds at most ``TELEMETRY_STREAMS_PER_USER`` of them (429), so no one user can take them all.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from .stream import telemetry_stream
 
 # The telemetry streams this worker serves now. One event loop per worker: no lock needed.
 _open: dict[str, int] = {"streams": 0}
+# The same, per user id: the per-user cap beside the per-worker one.
+_open_per_user: dict[int, int] = {}
 
 
 async def telemetry_stream_endpoint(request: StreamRequest) -> AsyncIterator[bytes]:
@@ -33,9 +36,15 @@ async def telemetry_stream_endpoint(request: StreamRequest) -> AsyncIterator[byt
         raise StreamRefused(
             503, "The live chart is at capacity on this server; retrying shortly.",
             headers={"Retry-After": str(settings.TELEMETRY_BUSY_RETRY_S)})
+    user_id = request.user.id
+    if _open_per_user.get(user_id, 0) >= settings.TELEMETRY_STREAMS_PER_USER:
+        raise StreamRefused(
+            429, "You have the live chart open in too many places at once; close one.",
+            headers={"Retry-After": str(settings.TELEMETRY_BUSY_RETRY_S)})
     # Ends by the session's expiry too; the reconnect authenticates again.
     remaining = request.loop_ends_at - asyncio.get_running_loop().time()
     _open["streams"] += 1
+    _open_per_user[user_id] = _open_per_user.get(user_id, 0) + 1
     return _watched(request, rate=rate, max_seconds=max(
         0.0, min(settings.TELEMETRY_STREAM_MAX_S, remaining)))
 
@@ -62,6 +71,11 @@ async def _watched(request: StreamRequest, *, rate: float, max_seconds: float
                 await stream.aclose()  # type: ignore[attr-defined]
     finally:
         _open["streams"] -= 1
+        left = _open_per_user.get(request.user.id, 1) - 1
+        if left > 0:
+            _open_per_user[request.user.id] = left
+        else:
+            _open_per_user.pop(request.user.id, None)
 
 
 def telemetry_streams_open() -> int:

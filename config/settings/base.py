@@ -325,6 +325,9 @@ TELEMETRY_UNWATCHED_MAX_S = env_float("TELEMETRY_UNWATCHED_MAX_S", 30.0)
 # 120 leaves a margin. Beyond it: 503 with Retry-After; the page retries after that long.
 TELEMETRY_STREAMS_PER_WORKER = env_int("TELEMETRY_STREAMS_PER_WORKER", 120)
 TELEMETRY_BUSY_RETRY_S = env_int("TELEMETRY_BUSY_RETRY_S", 5)
+# Of those, one user holds at most this many (429 beyond): a few tabs of the chart, never the
+# whole worker's share (issue 17).
+TELEMETRY_STREAMS_PER_USER = env_int("TELEMETRY_STREAMS_PER_USER", 4)
 
 
 # --- metering: per-user daily usage of the submit endpoint (adr/0011) ----------------------

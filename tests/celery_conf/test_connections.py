@@ -24,6 +24,7 @@ from celery_conf.connections import (
     RedisTarget,
     async_subscriber,
     beat_client,
+    broker_url,
     connection_settings,
     redis_target,
     sync_client,
@@ -196,3 +197,9 @@ def test_the_hubs_subscriber_leaves_no_socket_per_reconnect(tmp_path, measure):
                 control_left_after_3=leaked)
     finally:
         group.stop()
+
+
+def test_ipv6_sentinels_are_bracketed_in_kombus_urls():
+    target = redis_target(**{**SENTINEL, "sentinels": ["[::1]:26379", "10.0.0.2:26380"]})
+    assert broker_url(target) == ("sentinel://:data-pass@[::1]:26379/0;"
+                                  "sentinel://:data-pass@10.0.0.2:26380/0")

@@ -73,7 +73,7 @@ def test_three_hosts_run_sentinel_from_the_installed_files_and_survive_the_prima
                 (prefix / "var/lib/platform/redis").mkdir(parents=True)
                 conf = installed_conf(prefix, env, "write_redis_conf_for",
                                       prefix / "redis.conf")
-                assert f"masterauth {password}" in conf
+                assert f'masterauth "{password}"' in conf  # one quoted argument
                 assert ("replicaof" in conf) == (host == REPLICA)
                 procs[f"redis@{host}"] = spawn(f"redis-{host}", ["redis-server", str(
                     prefix / "redis.conf")], env=dict(os.environ), log_dir=tmp_path / "log")

@@ -20,7 +20,11 @@ from hypothesis import strategies as st
 
 from tests.procs import Client, Stack
 
-JSON_LEAF = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
+# All of Unicode: control characters, and lone surrogates (Hypothesis leaves them out unless
+# told: category Cs), which JSON carries as "\\ud800" and a URL or form as raw bytes.
+ANY_CHAR = st.characters(exclude_categories=())
+ANY_TEXT = st.text(ANY_CHAR, max_size=300)
+JSON_LEAF = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | ANY_TEXT
 JSON_VALUE = st.recursive(JSON_LEAF, lambda inner: st.lists(inner, max_size=4)
                           | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=12)
 
@@ -31,8 +35,8 @@ def json_bodies(draw: st.DrawFn) -> tuple[str, bytes]:
     kind = draw(st.sampled_from(["object", "any", "nested", "bytes"]))
     if kind == "object":
         body = json.dumps(draw(st.fixed_dictionaries(
-            {}, optional={"title": JSON_VALUE | st.text(max_size=300),
-                          "text": JSON_VALUE | st.text(max_size=300)}))).encode()
+            {}, optional={"title": JSON_VALUE | ANY_TEXT,
+                          "text": JSON_VALUE | ANY_TEXT}))).encode()
     elif kind == "any":
         body = json.dumps(draw(JSON_VALUE)).encode()
     elif kind == "nested":
@@ -48,16 +52,23 @@ def json_bodies(draw: st.DrawFn) -> tuple[str, bytes]:
 
 @st.composite
 def uploads(draw: st.DrawFn) -> dict[str, Any]:
-    name = draw(st.text(max_size=40) | st.sampled_from(["a.txt", "b.md", "../../etc/x.txt",
-                                                        "x.exe", "", ".txt"]))
-    content = draw(st.binary(max_size=300) | st.text(max_size=300).map(str.encode))
-    return {"title": draw(st.text(max_size=250)), "text": draw(st.text(max_size=50)),
+    name = draw(st.text(ANY_CHAR, max_size=40)
+                | st.sampled_from(["a.txt", "b.md", "../../etc/x.txt", "x.exe", "", ".txt"]))
+    content = draw(st.binary(max_size=300) | ANY_TEXT.map(wire_bytes))
+    return {"title": draw(st.text(ANY_CHAR, max_size=250)),
+            "text": draw(st.text(ANY_CHAR, max_size=50)),
             "name": name, "content": content, "with_file": draw(st.booleans())}
+
+
+def wire_bytes(text: str) -> bytes:
+    """Text as a client would send it, a lone surrogate as its raw (invalid UTF-8) bytes."""
+    return text.encode("utf-8", "surrogatepass")
 
 
 HEADER_TEXT = st.text(st.characters(min_codepoint=0x20, max_codepoint=0xFF,
                                     blacklist_characters="\x7f"), max_size=80)
-CURSORS = (HEADER_TEXT | st.from_regex(r"[0-9]{1,40}-[0-9]{1,40}", fullmatch=True)
+CURSORS = (HEADER_TEXT | st.text(ANY_CHAR, max_size=40)
+           | st.from_regex(r"[0-9]{1,40}-[0-9]{1,40}", fullmatch=True)
            | st.just("²-0") | st.just("1" * 5000 + "-0"))
 
 
@@ -100,9 +111,11 @@ def post_json(stack: Stack, client: Client, tally: Tally, ctype: str, body: byte
 
 def post_upload(stack: Stack, client: Client, tally: Tally, form: dict[str, Any]) -> None:
     before = state(stack)
-    files = {"file": (form["name"], form["content"])} if form["with_file"] else None
+    name = form["name"].encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    files = {"file": (name, form["content"])} if form["with_file"] else None
     response = client.http.post(client.base + "/documents/",
-                                data={"title": form["title"], "text": form["text"],
+                                data={"title": wire_bytes(form["title"]),
+                                      "text": wire_bytes(form["text"]),
                                       "csrfmiddlewaretoken": client.http.cookies["csrftoken"]},
                                 files=files, headers={"Referer": client.base + "/"},
                                 timeout=30, allow_redirects=False)
@@ -141,12 +154,25 @@ def open_stream(stack: Stack, client: Client, tally: Tally, path: str,
         conn.close()
 
 
+STREAMS = ("/api/notifications/stream/", "/api/telemetry/stream/")
+
+
 def stream_case(stack: Stack, client: Client, tally: Tally, target: str, value: str) -> None:
     if target == "last-event-id":
-        open_stream(stack, client, tally, "/api/notifications/stream/", {"Last-Event-ID": value})
+        header = value.encode("utf-8", "surrogatepass").decode("latin-1")
+        header = "".join(c for c in header if c not in "\r\n\0")
+        open_stream(stack, client, tally, STREAMS[0], {"Last-Event-ID": header})
     elif target == "after":
         open_stream(stack, client, tally,
-                    "/api/notifications/stream/?after=" + quote(value, safe=""), {})
+                    STREAMS[0] + "?after=" + quote(wire_bytes(value), safe=""), {})
+    elif target == "many":
+        # Beyond DATA_UPLOAD_MAX_NUMBER_FIELDS (1,000) and below it, on either stream.
+        count = 1 + sum(map(ord, value)) % 2000
+        path = STREAMS[len(value) % 2] + "?" + "&".join(f"p{i}=1" for i in range(count))
+        open_stream(stack, client, tally, path, {})
     else:
         open_stream(stack, client, tally,
-                    "/api/telemetry/stream/?rate=" + quote(value, safe=""), {})
+                    STREAMS[1] + "?rate=" + quote(wire_bytes(value), safe=""), {})
+
+
+STREAM_TARGETS = ("last-event-id", "after", "rate", "many")

@@ -10,8 +10,10 @@ from hypothesis import strategies as st
 
 from tests.notifications.fuzzing import (
     CURSORS,
+    STREAM_TARGETS,
     Tally,
     json_bodies,
+    open_stream,
     post_json,
     post_upload,
     stream_case,
@@ -41,7 +43,7 @@ def test_fuzzed_inputs_never_get_500_and_refusals_change_nothing(make_stack, mea
         post_upload(stack, client, tally, form)
 
     @FAST
-    @given(st.sampled_from(["last-event-id", "after", "rate"]),
+    @given(st.sampled_from(STREAM_TARGETS),
            CURSORS | st.sampled_from(["25", "0", "nan", "-1", "1e309", "50.0000001"]))
     def stream_params(target: str, value: str) -> None:
         stream_case(stack, client, tally, target, value)
@@ -53,6 +55,14 @@ def test_fuzzed_inputs_never_get_500_and_refusals_change_nothing(make_stack, mea
     post_json(stack, client, tally, "application/json", b"[" * 100_000)
     stream_case(stack, client, tally, "last-event-id", "²-0")
     stream_case(stack, client, tally, "last-event-id", "1" * 5000 + "-0")
+    # The cases of issue 17: 1,001 parameters on each stream, a lone surrogate in the text
+    # and in the title.
+    for path in ("/api/notifications/stream/", "/api/telemetry/stream/"):
+        open_stream(stack, client, tally, path + "?" + "&".join(["a=1"] * 1001), {})
+    for body in (b'{"text":"\\ud800 x"}', b'{"title":"\\udfff","text":"x"}'):
+        before = tally.statuses[400]
+        post_json(stack, client, tally, "application/json", body)
+        assert tally.statuses[400] == before + 1, body
     assert tally.server_errors == []
     assert tally.changed_by_refusal == []
     assert tally.statuses[400] > 0 and tally.statuses[200] > 0

@@ -30,6 +30,15 @@ from tests.procs import ROOT, free_port, wait_until
 
 pytestmark = pytest.mark.processes
 USER = "platform-test"
+# Values of every class the installer must carry as data (spaces, quotes, $, backticks, &, ;,
+# #, \, non-ASCII), each with commands that would leave CANARY behind if anything ran them.
+CANARY = Path(tempfile.gettempdir()) / f"platform-box-ran-a-value-{os.getpid()}"
+RUN_ME = f"$(touch {CANARY})`touch {CANARY}`;touch {CANARY}&"
+TOLD = {
+    "DJANGO_SECRET_KEY": "k8#$^&*(-_=+)y@!z%v`q'\"\\; é€ " + RUN_ME,
+    "REDIS_PASSWORD": "p@ss w:rd/#?&%41 'q' \"dq\" \\ ü " + RUN_ME,
+    "REDIS_BIND": "127.0.0.1 ::1",
+}
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +48,7 @@ def box():
     root.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "DJANGO_"))}
     env.update({"PLATFORM_USER": USER, "WEB_HOST": "127.0.0.1", "WEB_PORT": str(free_port()),
-                "REDIS_PORT": str(free_port()), "FLOWER_PORT": str(free_port())})
+                "REDIS_PORT": str(free_port()), "FLOWER_PORT": str(free_port()), **TOLD})
     first = install(root, env)
     yield root, env, first
     # Thousands of files per release: removing them takes tens of seconds on a busy disk, so
@@ -81,7 +90,9 @@ def test_install_lays_out_user_release_secrets_and_units(box, measure):
     assert grp.getgrgid(env_file.stat().st_gid).gr_name == USER
     values = parse_env_file(env_file.read_text())
     assert values["DJANGO_SETTINGS_MODULE"] == "config.settings.production"
-    assert len(values["DJANGO_SECRET_KEY"]) >= 50 and len(values["REDIS_PASSWORD"]) >= 16
+    # What it was told, byte for byte; nothing in it ran.
+    assert {k: values[k] for k in TOLD} == TOLD
+    assert not CANARY.exists()
     assert stat.S_IMODE((etc / "tls/key.pem").stat().st_mode) == 0o640
 
     # The data belongs to the user; the code does not (a process cannot rewrite its release).
@@ -104,6 +115,7 @@ def test_install_lays_out_user_release_secrets_and_units(box, measure):
     assert "already built" in again.stderr
     assert snapshot(root) == before
     assert parse_env_file(env_file.read_text()) == values
+    assert not CANARY.exists()
     measure(installed_files=len(before), changed_by_second_install=0)
 
 
@@ -228,6 +240,7 @@ def test_upgrade_refuses_irreversible_then_switches_with_no_lost_work_and_rolls_
                    env={"PATH": "/usr/sbin:/usr/bin:/bin",
                         "DJANGO_SUPERUSER_PASSWORD": "op-pass-1234"})
     running = Box(root, tmp_path)
+    config_before = rendered_config(root)
     base = f"https://127.0.0.1:{values['WEB_PORT']}"
     urllib3.disable_warnings()
     try:
@@ -280,6 +293,9 @@ def test_upgrade_refuses_irreversible_then_switches_with_no_lost_work_and_rolls_
         for unit, proc in running.procs.items():
             if unit not in ("platform-redis", "platform-flower"):
                 assert Path(psutil.Process(proc.pid).cwd()) == release_b, unit
+        # The processes started after the upgrade see exactly what the installer was told.
+        processes_see(running, TOLD)
+        assert rendered_config(root) == config_before, "upgrade changed the configuration"
 
         def all_done() -> bool:
             with sqlite3.connect(root / "var/lib/platform/db.sqlite3") as db:
@@ -299,6 +315,16 @@ def test_upgrade_refuses_irreversible_then_switches_with_no_lost_work_and_rolls_
         assert rolled.returncode == 0, rolled.stdout + rolled.stderr
         assert (app / "current").resolve() == release_a
         assert "upgrade_probe" not in tables(root)
+        # Once per upgrade: a second rollback changes nothing (it used to switch to B's code
+        # on A's schema).
+        again = subprocess.run(["bash", "platform/rollback", "--prefix", str(root)], cwd=ROOT,
+                               env=env, capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert "already rolled back" in again.stderr
+        assert (app / "current").resolve() == release_a and not (app / "previous").exists()
+        assert "upgrade_probe" not in tables(root)
+        assert rendered_config(root) == config_before, "rollback changed the configuration"
+        assert not CANARY.exists()
         # The release A code serves again (the restart order itself was exercised above).
         running.restart("platform-web")
         wait_until(lambda: _ok(base + "/readyz", running), timeout=120,
@@ -344,6 +370,23 @@ def live_page_across(page: TLSSSEClient, publisher: NumberedPublisher,
             "live_reconnect_s": round(max(ready - end for end, ready in gaps), 2)}
 
 
+def rendered_config(root: Path) -> dict[str, str]:
+    """What install rendered from the environment file: redis.conf, the units, the wrapper."""
+    files = [root / "etc/platform/redis.conf", root / "usr/local/bin/platform-manage",
+             *sorted((root / "etc/systemd/system").glob("platform*"))]
+    return {f.name: f.read_text() for f in files}
+
+
+def processes_see(running: Box, told: dict[str, str]) -> None:
+    """Every running unit's process (systemd's EnvironmentFile= semantics, tests/platform/
+    units.py) has the values in its environment exactly as given."""
+    for unit, proc in running.procs.items():
+        if unit == "platform-redis":
+            continue  # no EnvironmentFile=: redis.conf
+        environ = psutil.Process(proc.pid).environ()
+        assert {k: environ.get(k) for k in told} == told, unit
+
+
 def installed_box_checks(root: Path, first: subprocess.CompletedProcess[str], base: str,
                          values: dict[str, str], running: Box) -> None:
     """TLS with the generated certificate, no process as root, printed commands as printed."""
@@ -353,6 +396,7 @@ def installed_box_checks(root: Path, first: subprocess.CompletedProcess[str], ba
     assert session.get(base + "/healthz", verify=str(cert), timeout=5).ok
     response = session.get(base + "/accounts/login/", verify=str(cert), timeout=5)
     assert response.ok and "Strict-Transport-Security" in response.headers
+    processes_see(running, TOLD)
     tree = [p for proc in running.procs.values()
             for p in [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]]
     assert {p.username() for p in tree} == {USER}

@@ -109,7 +109,7 @@ def test_plain_text_is_joined_only_when_the_operator_says_so(tmp_path):
 
 @pytest.mark.parametrize(("text", "mode", "message"), [
     (DATA_HOST_ENV, 0o644, "open to every user of this machine"),
-    ("DJANGO_SECRET_KEY=x\n$(touch /tmp/never)\n", 0o600, "line 2 is not NAME=value"),
+    ("DJANGO_SECRET_KEY=x\n$(touch /tmp/never)\n", 0o600, "line 2: expected KEY=VALUE"),
     (DATA_HOST_ENV.replace("REDIS_URL=", "#"), 0o600, "REDIS_URL and DATABASE_URL"),
     (SENTINEL_ENV.replace("REDIS_SENTINEL_PASSWORD=", "#"), 0o600,
      "REDIS_URL and DATABASE_URL"),

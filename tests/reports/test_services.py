@@ -55,7 +55,7 @@ def test_a_slot_fired_twice_runs_once_and_counts_the_second_delivery():
 
 def test_manual_runs_never_take_or_block_a_scheduled_slot():
     slot = slot_of(PURGE)
-    assert run(PURGE, None) == "done" and run(PURGE, None) == "done"
+    assert run(PURGE, None, task_id="m1") == "done" and run(PURGE, None, task_id="m2") == "done"
     assert run(PURGE, slot) == "done"
     kinds = sorted(JobRun.objects.values_list("kind", flat=True))
     assert kinds == ["manual", "manual", "scheduled"]
@@ -156,3 +156,76 @@ def test_slots_are_stored_as_given_in_utc():
     slot = datetime(2030, 1, 1, 10, 5, tzinfo=UTC)
     run(ROLLUP, slot)
     assert JobRun.objects.get().slot == slot
+
+
+def test_a_manual_run_delivered_again_is_the_same_run():
+    assert run(PURGE, None, task_id="manual-1") == "done"
+    assert run(PURGE, None, task_id="manual-1") == "duplicate"
+    manual = JobRun.objects.get(job=PURGE, kind="manual")
+    assert manual.duplicates == 1 and manual.attempts == 1
+
+
+def test_a_failed_finish_is_retried_and_the_task_retry_takes_its_own_run_over(monkeypatch):
+    import os
+
+    from django.db import DatabaseError
+
+    slot = slot_of(PURGE)
+    real_finish = services.job_run_finish
+    calls = {"n": 0}
+
+    def finish_fails_after_the_work(**kwargs):  # the database goes away after the commit
+        calls["n"] += 1
+        raise DatabaseError("database is locked")
+
+    monkeypatch.setattr(services, "job_run_finish", finish_fails_after_the_work)
+    with pytest.raises(DatabaseError):
+        services.job_run(job_name=PURGE, slot=slot.isoformat(), fired_by="test", task_id="t1",
+                         worker="w@h", worker_pid=os.getppid(), pool_pid=os.getpid())
+    assert JobRun.objects.get(job=PURGE).outcome == "running"
+    monkeypatch.setattr(services, "job_run_finish", real_finish)
+    # Celery's retry: same task id, same pool process. Not a duplicate: the run is finished.
+    again = services.job_run(job_name=PURGE, slot=slot.isoformat(), fired_by="test",
+                             task_id="t1", worker="w@h", worker_pid=os.getppid(),
+                             pool_pid=os.getpid())
+    final = JobRun.objects.get(job=PURGE)
+    assert again == "done" and final.outcome == "done" and final.attempts == 2
+    assert "already purged by an earlier attempt" in final.detail
+
+
+def test_a_run_whose_attempts_keep_dying_is_given_up_not_repeated():
+    slot = slot_of(PURGE)
+    assert run(PURGE, slot, task_id="a") == "done"
+    JobRun.objects.filter(job=PURGE).update(outcome="lost", attempts=services.MAX_ATTEMPTS)
+    assert run(PURGE, slot, task_id="a") == "duplicate"
+    given_up = JobRun.objects.get(job=PURGE)
+    assert given_up.outcome == "failed" and "given up after 3 attempts" in given_up.detail
+
+
+def test_job_run_finish_retries_a_database_error(monkeypatch):
+    from django.db import DatabaseError
+
+    slot = slot_of(PURGE)
+    assert run(PURGE, slot) == "done"
+    row = JobRun.objects.get(job=PURGE)
+    real_filter = JobRun.objects.filter
+    failures = {"left": 2}
+
+    class Flaky:
+        def __init__(self, qs):  # type: ignore[no-untyped-def]
+            self.qs = qs
+
+        def __getattr__(self, name):  # type: ignore[no-untyped-def]
+            return getattr(self.qs, name)
+
+        def update(self, **kwargs):  # type: ignore[no-untyped-def]
+            if failures["left"]:
+                failures["left"] -= 1
+                raise DatabaseError("database is locked")
+            return self.qs.update(**kwargs)
+
+    monkeypatch.setattr(JobRun.objects, "filter", lambda *a, **k: Flaky(real_filter(*a, **k)))
+    monkeypatch.setattr(services.time, "sleep", lambda s: None)
+    services.job_run_finish(run_id=row.pk, outcome="failed", detail="x")
+    monkeypatch.undo()
+    assert JobRun.objects.get(pk=row.pk).outcome == "failed" and failures["left"] == 0

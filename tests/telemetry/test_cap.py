@@ -33,6 +33,7 @@ def open_telemetry(base: str, cookie: str) -> socket.socket:
 
 def test_streams_beyond_the_cap_get_503_with_retry_after(make_stack, measure):
     stack = make_stack(env={"TELEMETRY_STREAMS_PER_WORKER": str(CAP),
+                            "TELEMETRY_STREAMS_PER_USER": str(CAP + 1),
                             "TELEMETRY_BUSY_RETRY_S": "7"})
     web = stack.start_web(workers=1)
     client = web.session()
@@ -59,3 +60,32 @@ def test_streams_beyond_the_cap_get_503_with_retry_after(make_stack, measure):
     finally:
         close_streams(socks)
     measure(cap=CAP, beyond="503 Retry-After 7")
+
+
+def test_one_user_holds_at_most_its_share_and_others_still_get_streams(make_stack, measure):
+    per_user = 2
+    stack = make_stack(env={"TELEMETRY_STREAMS_PER_WORKER": "10",
+                            "TELEMETRY_STREAMS_PER_USER": str(per_user),
+                            "TELEMETRY_BUSY_RETRY_S": "3"})
+    stack.manage("shell", "--no-imports", "-c",
+                 "from django.contrib.auth.models import User; "
+                 "User.objects.create_user('second', password='second-password-1')")
+    web = stack.start_web(workers=1)
+    first, second = web.session(), web.session("second", "second-password-1")
+    socks = [open_telemetry(web.base, cookie_of(first)) for _ in range(per_user)]
+    try:
+        refused = first.get(PATH, stream=True)
+        assert refused.status_code == 429 and refused.headers["Retry-After"] == "3"
+        assert "too many places" in refused.json()["error"]
+        socks.append(open_telemetry(web.base, cookie_of(second)))  # the worker has room
+        socks.pop(0).close()
+
+        def admitted() -> bool:
+            response = first.get(PATH, stream=True)
+            response.close()
+            return response.status_code == 200
+
+        wait_until(admitted, timeout=10, what="the user's freed stream admits another")
+    finally:
+        close_streams(socks)
+    measure(per_user=per_user, beyond="429 Retry-After 3")

@@ -12,6 +12,7 @@ from redis.exceptions import RedisError
 
 from apps.reports.models import JobRun
 from apps.reports.services import UnknownJob, job_trigger
+from apps.reports.tasks import TASKS
 from scheduler.tables import JOBS
 
 
@@ -26,6 +27,11 @@ class Command(BaseCommand):
     def handle(self, *args: Any, job: str, wait: float, **options: Any) -> None:
         if wait < 0:
             raise CommandError("--wait must be zero or more seconds")
+        if wait and job in JOBS and job not in TASKS:
+            # Nothing was queued: --wait follows the reports' run records (reports_jobrun).
+            raise CommandError(f"{job} keeps no run record to wait for; run it without --wait "
+                               "(ops.backup: the backup appears in `manage.py restore_backup`'s "
+                               "list)")
         try:
             task_id = job_trigger(job_name=job, requested_by=f"manual:{getpass.getuser()}")
         except UnknownJob as exc:

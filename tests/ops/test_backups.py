@@ -1,0 +1,166 @@
+"""Backups are private and a restore verifies before it touches anything: each refused,
+failed or SIGKILLed restore leaves the live database and Redis files byte for byte as they
+were; a good one replaces them."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import signal
+import sqlite3
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.procs import ROOT, RedisServer, child_env, wait_until
+
+pytestmark = pytest.mark.processes
+MARKER = "written after the backup"
+
+
+@pytest.fixture
+def box(tmp_path: Path, template_db: Path) -> tuple[Path, dict[str, str], RedisServer]:
+    """A data directory: the migrated database (padded, so a restore takes a while), Redis's
+    append-only files from a real redis-server, stopped, and the environment of manage.py."""
+    base = tmp_path / "box"
+    base.mkdir()
+    shutil.copyfile(template_db, base / "db.sqlite3")
+    with sqlite3.connect(base / "db.sqlite3") as db:
+        db.execute("CREATE TABLE pad (b BLOB)")
+        db.executemany("INSERT INTO pad VALUES (randomblob(1000000))", [()] * 60)
+    # Its files, in this directory: the single-node server under either topology.
+    redis = RedisServer(base, topology="single").start()
+    try:
+        redis.client().set("platform:test:key", "before")
+    finally:
+        redis.stop()
+    env = child_env(base, database=base / "db.sqlite3", redis_url=redis.url,
+                    BACKUP_DIR=str(base / "backups"))
+    return base, env, redis
+
+
+def manage(env: dict[str, str], *args: str,
+           umask: int = 0o022) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300, umask=umask)
+
+
+def live(base: Path) -> dict[str, str]:
+    """The live data, byte for byte: the database (and any WAL) and Redis's files."""
+    files = [*base.glob("db.sqlite3*"), *sorted((base / "redis/appendonlydir").iterdir())]
+    return {str(f.relative_to(base)): hashlib.sha256(f.read_bytes()).hexdigest()
+            for f in files}
+
+
+def write_after_backup(base: Path) -> None:
+    with sqlite3.connect(base / "db.sqlite3") as db:
+        db.execute("CREATE TABLE IF NOT EXISTS marker (t TEXT)")
+        db.execute("INSERT INTO marker VALUES (?)", (MARKER,))
+    with sqlite3.connect(base / "db.sqlite3") as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o000])
+def test_backups_are_private_whatever_the_umask(box, umask):
+    base, env, _ = box
+    result = manage(env, "backup_now", umask=umask)
+    assert result.returncode == 0, result.stderr
+    backup = Path(result.stdout.strip())
+    paths = [backup.parent, backup, *backup.rglob("*")]
+    modes = {str(p): stat.S_IMODE(p.stat().st_mode) for p in paths}
+    assert all(mode == (0o700 if Path(p).is_dir() else 0o600) for p, mode in modes.items()), \
+        modes
+
+
+def damaged(backup: Path, tmp_path: Path, name: str) -> Path:
+    copy = tmp_path / f"backup-{name}"
+    shutil.copytree(backup, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    aof = sorted((copy / "appendonlydir").glob("*.aof"))[-1]
+    if name == "no-database":
+        (copy / "db.sqlite3").unlink()
+    elif name == "no-redis":
+        shutil.rmtree(copy / "appendonlydir")
+    elif name == "altered-aof":
+        aof.write_bytes(aof.read_bytes() + b"*1\r\n$8\r\nFLUSHALL\r\n")
+    elif name == "altered-database":
+        with open(copy / "db.sqlite3", "r+b") as file:
+            file.seek(5000)
+            file.write(b"\xff")
+    elif name == "postgresql":
+        manifest["database"]["engine"] = "postgresql"
+    elif name == "newer-schema":
+        manifest["schema"].append(["documents", "9999_from_a_newer_release"])
+    elif name == "no-manifest":
+        (copy / "manifest.json").unlink()
+    elif name == "garbage-manifest":
+        (copy / "manifest.json").write_text("{not json")
+    if name in ("postgresql", "newer-schema"):
+        (copy / "manifest.json").write_text(json.dumps(manifest))
+    return copy
+
+
+REFUSALS = {
+    "no-database": "db.sqlite3 is missing",
+    "no-redis": "is missing",
+    "altered-aof": "does not match the checksum",
+    "altered-database": "does not match the checksum",
+    "postgresql": "is a postgresql backup and this box's database is sqlite",
+    "newer-schema": "another schema than this release's",
+    "no-manifest": "not a complete backup",
+    "garbage-manifest": "not a manifest this release can read",
+}
+
+
+def test_a_restore_refused_or_killed_changes_nothing_and_a_good_one_replaces(box, tmp_path,
+                                                                             measure):
+    base, env, redis = box
+    result = manage(env, "backup_now")
+    assert result.returncode == 0, result.stderr
+    backup = Path(result.stdout.strip())
+    write_after_backup(base)
+    before = live(base)
+
+    # Each damaged backup is refused with --force too; the live data is untouched.
+    for name, message in REFUSALS.items():
+        refused = manage(env, "restore_backup", "--force", str(damaged(backup, tmp_path, name)))
+        assert refused.returncode == 1 and message in refused.stderr, (name, refused.stderr)
+        assert live(base) == before, name
+
+    # SIGKILLed while it builds the new database beside the live one.
+    restore = subprocess.Popen([sys.executable, "manage.py", "restore_backup", "--force",
+                                str(backup)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE)
+    wait_until(lambda: any(base.glob(".restore-db.sqlite3-*")), timeout=120, interval=0.001,
+               what="the restore building its copy")
+    restore.send_signal(signal.SIGKILL)
+    restore.wait(timeout=30)
+    assert restore.returncode == -signal.SIGKILL
+    assert live(base) == before
+    with sqlite3.connect(base / "db.sqlite3") as db:
+        assert db.execute("SELECT t FROM marker").fetchall() == [(MARKER,)]
+
+    # Without --force existing data is never replaced; with it the backup's data returns.
+    kept = manage(env, "restore_backup", str(backup))
+    assert kept.returncode == 1 and "pass --force" in kept.stderr
+    assert live(base) == before
+    started = time.monotonic()
+    good = manage(env, "restore_backup", "--force", str(backup))
+    assert good.returncode == 0, good.stderr
+    restore_s = time.monotonic() - started
+    assert not list(base.glob(".restore-*")) and not list((base / "redis").glob(".restore-*"))
+    with sqlite3.connect(base / "db.sqlite3") as db:
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
+    assert "marker" not in tables and "pad" in tables
+    redis.start()  # loads the restored append-only files
+    try:
+        assert redis.client().get("platform:test:key") == "before"
+    finally:
+        redis.stop()
+    measure(refusals=len(REFUSALS), live_changed_by_refusals=0, live_changed_by_kill=0,
+            restore_60mb_s=round(restore_s, 2))
