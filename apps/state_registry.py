@@ -25,6 +25,7 @@ REGISTRY: list[Classified] = [
     Classified("celery_conf/connections.py", "async_subscriber", C.NONE,
                "the hub's pub/sub connection while one subscription lasts: a resource, not "
                "data; closed on leaving with its connections to the sentinels"),
+    Classified("celery_conf/versions.py", "VERIFIED", C.NONE, CONSTANT),
     Classified("apps/ops/status.py", "SECTIONS", C.NONE, CONSTANT),
     Classified("apps/ops/management/commands/audit_state.py", "RENDER", C.NONE, CONSTANT),
     Classified("apps/state_registry.py", "REGISTRY", C.NONE, CONSTANT),

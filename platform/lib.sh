@@ -49,6 +49,9 @@ quiet_pip() { grep -v "is ignored: it is neither a file nor a directory" || true
 # The locks (adr/0029): platform/lock writes them from requirements.txt, whose sha256 each
 # one records on its second line. The oldest Python they are resolved for:
 LOCK_PYTHON=3.11
+# The compatibility leg "previous" (platform/compat, adr/0032): the previous minor of Celery
+# and kombu (Celery 5.7 requires kombu 5.7; 5.6 goes with 5.6), everything else as locked.
+COMPAT_PREVIOUS=("celery[redis]==5.6.3" "kombu==5.6.2")
 requirements_sha256() { sha256sum "$PLATFORM_ROOT/requirements.txt" | cut -d' ' -f1; }
 # Runtime dependencies only: a requirements file's pins down to its "# tests" section.
 runtime_requirements_of() { sed '/^# tests/,$d' "$1"; }

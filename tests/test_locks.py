@@ -23,6 +23,7 @@ from tests.procs import ROOT
 REQUIREMENTS = ROOT / "requirements.txt"
 LOCK = ROOT / "requirements.lock"
 RUNTIME_LOCK = ROOT / "requirements-runtime.lock"
+PREVIOUS_LOCK = ROOT / "requirements-compat-previous.lock"
 PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s;\\]+)"
                  r"(?:\s*;\s*(?P<marker>[^\\]+?))?\s*\\?$")
 HASH = re.compile(r"^\s+--hash=sha256:[0-9a-f]{64}\s*\\?$")
@@ -75,14 +76,14 @@ def runtime_section() -> str:
 
 def test_each_lock_was_made_from_this_requirements_txt():
     want = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()
-    for lock in (LOCK, RUNTIME_LOCK):
+    for lock in (LOCK, RUNTIME_LOCK, PREVIOUS_LOCK):
         recorded = lock.read_text().splitlines()[1]
         assert recorded == f"# requirements.txt sha256 {want}", (
             f"{lock.name} is stale: run bash platform/lock and commit it with requirements.txt")
 
 
 def test_every_locked_package_is_pinned_and_hashed():
-    for lock in (LOCK, RUNTIME_LOCK):
+    for lock in (LOCK, RUNTIME_LOCK, PREVIOUS_LOCK):
         entries = parse_lock(lock)
         assert entries, lock.name
         for name, forks in entries.items():
@@ -127,3 +128,21 @@ def test_the_suite_runs_on_exactly_the_lock():
         "other version": sorted((n, installed[n], locked[n]) for n in set(installed) & set(locked)
                                 if installed[n] != locked[n]),
     }
+
+
+def test_the_previous_leg_differs_from_the_lock_by_celery_and_kombu_only():
+    """platform/compat's "previous" leg: the previous minor of Celery and kombu, the rest as
+    locked (COMPAT_PREVIOUS in platform/lib.sh names them)."""
+    lib = (ROOT / "platform" / "lib.sh").read_text()
+    wanted = dict(pin.split("==") for pin in re.findall(r'"([a-z\[\]]+==[0-9.]+)"',
+                                                          lib.split("COMPAT_PREVIOUS=(", 1)[1]
+                                                          .split(")", 1)[0]))
+    wanted = {canonicalize_name(n.split("[")[0]): v for n, v in wanted.items()}
+    assert set(wanted) == {"celery", "kombu"}
+    previous = {n: {e.version for e in f} for n, f in parse_lock(PREVIOUS_LOCK).items()}
+    assert all(previous[n] == {v} for n, v in wanted.items()), previous
+    # Every other direct pin as locked (their own dependencies may differ: Celery 5.6 still
+    # needs python-dateutil, for one).
+    for name, version in direct_pins(REQUIREMENTS.read_text()).items():
+        if name not in wanted:
+            assert version in previous.get(name, set()), (name, version)

@@ -15,10 +15,19 @@ from django.core.exceptions import ImproperlyConfigured
 from celery_conf import policy
 from celery_conf.connections import RedisTarget, connection_settings, redis_target
 from celery_conf.policy import durable_task_settings
+from celery_conf.versions import UntestedRelease, versions_check
 from config import hosts
 from config.env import env_bool, env_float, env_int, env_list, env_str
 from config.process import process_kind
 from scheduler.settings import beat_settings
+
+# Every process refuses to start on a library release the platform was not verified on
+# (celery_conf/versions.py, adr/0032), unless the operator names that exact release here.
+PLATFORM_ACCEPT_UNTESTED = env_list("PLATFORM_ACCEPT_UNTESTED", [])
+try:
+    versions_check(accept=PLATFORM_ACCEPT_UNTESTED)
+except UntestedRelease as exc:
+    raise ImproperlyConfigured(str(exc)) from None
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 VAR_DIR = Path(env_str("PLATFORM_VAR_DIR", str(BASE_DIR / "var")))
