@@ -57,7 +57,11 @@ def _dechunk(body: bytes) -> bytes:
 
 @pytest.mark.parametrize("http", ["h11", "httptools"])
 def test_bytes_written_to_the_wire_land_in_the_chunked_body_in_order(http):
+    """On the verified releases the bytes go around ``send`` and land in order; on any other
+    (a compatibility leg's newer uvicorn) there is no wire, and the same events through ASGI
+    send give the same body: the fallback the module promises."""
     seen: dict[str, Any] = {}
+    verified = stream_wire.verified(http)
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         wire = stream_wire.wire_of(scope, send)
@@ -65,9 +69,12 @@ def test_bytes_written_to_the_wire_land_in_the_chunked_body_in_order(http):
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream")]})
         await send({"type": "http.response.body", "body": b"one\n", "more_body": True})
-        assert wire is not None
-        seen["writable"] = wire.writable()
-        wire.write(http_chunk(b"two\n") + http_chunk(b"three\n"))
+        if wire is not None:
+            seen["writable"] = wire.writable()
+            wire.write(http_chunk(b"two\n") + http_chunk(b"three\n"))
+        else:
+            for event in (b"two\n", b"three\n"):
+                await send({"type": "http.response.body", "body": event, "more_body": True})
         await send({"type": "http.response.body", "body": b"four\n", "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
@@ -75,7 +82,9 @@ def test_bytes_written_to_the_wire_land_in_the_chunked_body_in_order(http):
         http, app, b"GET /s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"))
     head, _, body = response.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200") and b"transfer-encoding: chunked" in head.lower()
-    assert seen["writable"] is True
+    assert (seen["wire"] is not None) == verified
+    if verified:
+        assert seen["writable"] is True
     assert _dechunk(body) == b"one\ntwo\nthree\nfour\n"
 
 
