@@ -68,10 +68,13 @@ lock_check() {
 }
 
 # Install LOCK into the virtual environment PYTHON, every file checked against its hash and
-# nothing outside the lock pulled in.
+# nothing outside the lock pulled in. A third argument "cached" lets pip reuse its download
+# cache (development, tests, the compatibility legs: the hashes still check every file); a
+# release's venv is built without it, so a customer box keeps no cache of packages.
 pip_install_locked() {
-  local python="$1" lock="$2"
-  "$python" -m pip install -q --no-cache-dir --require-hashes --no-deps -r "$lock" 2>&1 | quiet_pip
+  local python="$1" lock="$2" cache=(--no-cache-dir)
+  [ "${3:-}" != cached ] || cache=()
+  "$python" -m pip install -q "${cache[@]}" --require-hashes --no-deps -r "$lock" 2>&1 | quiet_pip
 }
 
 # The development and test virtual environment, exactly requirements.lock: built again from
@@ -95,7 +98,7 @@ ensure_venv() {
   fi
   python3 -m venv "$VENV"
   say "installing the locked Python dependencies (hashes checked)"
-  pip_install_locked "$VENV/bin/python" "$lock"
+  pip_install_locked "$VENV/bin/python" "$lock" cached
   echo "$want" > "$stamp"
 }
 

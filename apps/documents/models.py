@@ -31,7 +31,8 @@ class Document(models.Model):
     # Which message may run it: every re-enqueue by the recovery (or by hand) counts one up,
     # and the message carries it (header ``platform_generation``). A copy of an older message
     # (one kombu restores long after its worker died) is skipped, whatever its timing.
-    generation = models.PositiveIntegerField(default=0)
+    # db_default too: the release before this field keeps inserting rows during an upgrade.
+    generation = models.PositiveIntegerField(default=0, db_default=0)
     # Set while a retry waits out its countdown in a worker (an ETA message, held by whoever
     # fetched it): until then the document is queued but its message is in no queue.
     retry_at = models.DateTimeField(null=True, blank=True)

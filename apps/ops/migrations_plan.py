@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.migrations.executor import MigrationExecutor
 from django.db.migrations.loader import MigrationLoader
+from django.db.migrations.operations import AddField
+from django.db.migrations.operations.base import Operation
+from django.db.models import NOT_PROVIDED
 
 
 @dataclass(frozen=True)
@@ -19,6 +22,22 @@ class PendingMigration:
     app: str
     name: str
     irreversible: tuple[str, ...]  # describe() of each operation that cannot be reversed
+    # describe() of each operation the release still serving cannot live with while the new
+    # one starts (its inserts would fail): an upgrade restarts one process at a time.
+    breaks_running: tuple[str, ...] = ()
+
+
+def breaks_the_running_release(operation: Operation) -> bool:
+    """A NOT NULL column added without a database default: the older code, which does not
+    know the column, inserts rows without it, and each insert fails until it is restarted
+    (measured in the upgrade drill, tests/platform/test_upgrade_drill.py: every submit a 500).
+    Django drops a field's ``default`` from the table after adding the column; ``db_default``
+    stays in the table."""
+    if not isinstance(operation, AddField):
+        return False
+    field = operation.field
+    return (not field.null and not field.many_to_many
+            and getattr(field, "db_default", NOT_PROVIDED) is NOT_PROVIDED)
 
 
 def migrations_pending(*, database: str = DEFAULT_DB_ALIAS) -> list[PendingMigration]:
@@ -29,6 +48,8 @@ def migrations_pending(*, database: str = DEFAULT_DB_ALIAS) -> list[PendingMigra
             app=migration.app_label,
             name=migration.name,
             irreversible=tuple(op.describe() for op in migration.operations if not op.reversible),
+            breaks_running=tuple(op.describe() for op in migration.operations
+                                 if breaks_the_running_release(op)),
         )
         for migration, backwards in plan
         if not backwards

@@ -48,7 +48,7 @@ class JobRun(models.Model):
     duplicates = models.PositiveIntegerField(default=0)
     # Deliveries that ran it: a takeover of a failed or lost attempt adds one; bounded, so a
     # pool process that dies every time cannot repeat it forever.
-    attempts = models.PositiveIntegerField(default=1)
+    attempts = models.PositiveIntegerField(default=1, db_default=1)
 
     class Meta:
         ordering = ["-slot", "-id"]

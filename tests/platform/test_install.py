@@ -309,26 +309,35 @@ def test_upgrade_refuses_irreversible_then_switches_with_no_lost_work_and_rolls_
                 "WHERE outcome = 'done' GROUP BY document_id"))
         assert all(done_runs[i] == 1 for i in submitted)
 
-        # Roll back: the schema returns, and so does release A.
+        # Roll back: release A's code first, then its schema (the newer code, still serving
+        # until its restart, cannot run on the older schema; the older runs on the newer).
         rolled = subprocess.run(["bash", "platform/rollback", "--prefix", str(root)], cwd=ROOT,
                                 env=env, capture_output=True, text=True, timeout=300)
         assert rolled.returncode == 0, rolled.stdout + rolled.stderr
         assert (app / "current").resolve() == release_a
+        assert "upgrade_probe" in tables(root), "the schema went back before the code did"
+        assert "platform/rollback --finish" in rolled.stderr
+        for unit in Box.ORDER:
+            running.restart(unit)
+        wait_until(lambda: _ok(base + "/readyz", running), timeout=120,
+                   what="release A ready again")
+        finished = subprocess.run(["bash", "platform/rollback", "--finish", "--prefix", str(root)],
+                                  cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert finished.returncode == 0, finished.stdout + finished.stderr
         assert "upgrade_probe" not in tables(root)
         # Once per upgrade: a second rollback changes nothing (it used to switch to B's code
-        # on A's schema).
+        # on A's schema), nor does a second --finish.
         again = subprocess.run(["bash", "platform/rollback", "--prefix", str(root)], cwd=ROOT,
                                env=env, capture_output=True, text=True, timeout=300)
         assert again.returncode == 0, again.stdout + again.stderr
         assert "already rolled back" in again.stderr
         assert (app / "current").resolve() == release_a and not (app / "previous").exists()
+        again = subprocess.run(["bash", "platform/rollback", "--finish", "--prefix", str(root)],
+                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0 and "nothing to do" in again.stderr, again.stderr
         assert "upgrade_probe" not in tables(root)
         assert rendered_config(root) == config_before, "rollback changed the configuration"
         assert not CANARY.exists()
-        # The release A code serves again (the restart order itself was exercised above).
-        running.restart("platform-web")
-        wait_until(lambda: _ok(base + "/readyz", running), timeout=120,
-                   what="release A ready again")
         web = psutil.Process(running.procs["platform-web"].pid)
         assert Path(web.cwd()) == release_a
         assert len(submit_and_list(client, base)) >= len(submitted)

@@ -24,7 +24,8 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="jobrun",
             name="attempts",
-            field=models.PositiveIntegerField(default=1),
+            # db_default: the release before keeps inserting runs during an upgrade.
+            field=models.PositiveIntegerField(db_default=1, default=1),
         ),
         # Reversible: the suffixed ids stay (they name the same runs).
         migrations.RunPython(tell_earlier_doubles_apart, migrations.RunPython.noop),

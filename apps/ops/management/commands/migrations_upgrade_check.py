@@ -31,4 +31,12 @@ class Command(BaseCommand):
                 f"so a rollback could not restore the schema ({details}). Give each operation "
                 "a reverse (RunPython reverse_code, RunSQL reverse_sql), or upgrade with "
                 "--allow-irreversible after taking a backup.")
+        breaking = [m for m in pending if m.breaks_running]
+        if breaking:
+            details = "; ".join(f"{m.app}.{m.name}: {', '.join(m.breaks_running)}"
+                                for m in breaking)
+            raise CommandError(
+                f"refusing to upgrade: {len(breaking)} pending migration(s) add a column the "
+                f"release still serving cannot write ({details}): during the rolling restart "
+                "its inserts would fail. Give the field a db_default (or make it nullable).")
         self.stdout.write(json.dumps({"pending": len(pending), "irreversible": len(blocking)}))
