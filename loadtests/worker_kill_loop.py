@@ -1,11 +1,13 @@
 """Kill workers under load, over and over, and count what was lost or run twice.
 
-    .venv/bin/python loadtests/worker_kill_loop.py [--kills 10] [--interval 12] [--rate 2]
+    .venv/bin/python loadtests/worker_kill_loop.py [--kills 24] [--interval 12] [--rate 2]
+        [--name worker_kill_loop]
 
 Two real Celery workers (prefork -c 2, the durable policy) process documents submitted
 through a real uvicorn web server at --rate per second. Every --interval seconds one worker
 that is running a document is SIGKILLed with its whole process group (a crash or OOM kill of
-the host's worker), then started again at once, as the supervisor would. At the end every
+the host's worker), then started again at once, as the supervisor would. Two elected beats
+run as shipped (the leader's recovery hands a dead worker's documents on, adr/0030). At the end every
 submitted document must be done exactly once. Prints lost, doubled and the redelivery delay
 (kill to restart of the interrupted document) and writes loadtests/results/worker_kill_loop.*.
 """
@@ -30,10 +32,11 @@ from tests.procs import Stack, make_template_db, wait_until  # noqa: E402
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kills", type=int, default=10)
+    parser.add_argument("--kills", type=int, default=24)
     parser.add_argument("--interval", type=float, default=12.0, help="seconds between kills")
     parser.add_argument("--rate", type=float, default=2.0, help="documents submitted per second")
     parser.add_argument("--work", type=float, default=3.0, help="seconds of work per document")
+    parser.add_argument("--name", default="worker_kill_loop", help="results file name")
     args = parser.parse_args()
 
     base = Path(tempfile.mkdtemp(prefix="kill-loop-"))
@@ -44,6 +47,8 @@ def main() -> None:
     stop = threading.Event()
     try:
         workers = {name: stack.start_worker(name, concurrency=2) for name in ("w1", "w2")}
+        for beat in ("b1", "b2"):
+            stack.start_elected_beat(beat)
         client = stack.start_web(workers=2).session()
 
         def submit_forever() -> None:
@@ -86,12 +91,12 @@ def main() -> None:
           f"max {stats['max']:.1f} s")
     data = {"args": vars(args), "tally": result.as_dict(), "redelivery_s": stats,
             "delays": delays}
-    print(f"wrote {save_json('worker_kill_loop', data)}")
+    print(f"wrote {save_json(args.name, data)}")
     fig, ax = new_figure(f"Redelivery after SIGKILL of a worker ({len(kills)} kills)")
     ax.hist(delays, bins=20, color="#2a9d8f")
     ax.set_xlabel("seconds from kill to the document starting again")
     ax.set_ylabel("documents")
-    print(f"wrote {save_figure(fig, 'worker_kill_loop')}")
+    print(f"wrote {save_figure(fig, args.name)}")
     if result.lost or result.doubled:
         sys.exit(1)
 
