@@ -116,7 +116,8 @@ def main() -> None:
 
             found: list[list[int]] = []
 
-            def recovery_pass() -> None:
+            def recovery_pass(found: list[list[int]] = found,
+                              orphan: Any = orphan) -> None:
                 result = documents_recover(grace_s=30)
                 found.append(result.orphaned)
                 # Put the orphan back as it was (its new message goes to the back of the

@@ -7,8 +7,8 @@ Two real Celery workers (prefork -c 2, the durable policy) process documents sub
 through a real uvicorn web server at --rate per second. Every --interval seconds one worker
 that is running a document is SIGKILLed with its whole process group (a crash or OOM kill of
 the host's worker), then started again at once, as the supervisor would. Two elected beats
-run as shipped (the leader's recovery hands a dead worker's documents on, adr/0030). At the end every
-submitted document must be done exactly once. Prints lost, doubled and the redelivery delay
+run as shipped (the leader's recovery hands a dead worker's documents on, adr/0030). At the
+end every submitted document must be done exactly once. Prints lost, doubled and the redelivery delay
 (kill to restart of the interrupted document) and writes loadtests/results/worker_kill_loop.*.
 """
 
