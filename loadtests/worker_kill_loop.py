@@ -8,8 +8,9 @@ through a real uvicorn web server at --rate per second. Every --interval seconds
 that is running a document is SIGKILLed with its whole process group (a crash or OOM kill of
 the host's worker), then started again at once, as the supervisor would. Two elected beats
 run as shipped (the leader's recovery hands a dead worker's documents on, adr/0030). At the
-end every submitted document must be done exactly once. Prints lost, doubled and the redelivery delay
-(kill to restart of the interrupted document) and writes loadtests/results/worker_kill_loop.*.
+end every submitted document must be done exactly once. Prints lost, doubled and the
+redelivery delay (kill to restart of the interrupted document) and writes
+loadtests/results/<--name>.{json,png}.
 """
 
 from __future__ import annotations
