@@ -43,14 +43,21 @@ RESTORE_LIMIT = 10
 # a 35 s redelivery into 5 minutes. Far above the longest hold; two sweeps overlapping after an
 # early expiry are harmless (each restore is a WATCHed transaction on the ``unacked`` hash).
 DEFAULT_UNACKED_MUTEX_EXPIRE = 5
-# kombu keeps a queue as one Redis list per priority step; the platform sends no priorities,
-# so one step: each queue is exactly the list named after it (Celery's monitoring guide:
-# ``redis-cli llen QUEUE_NAME``). The documented transport options below say so explicitly,
-# and apps/ops and the recovery read them from here (celery_conf/queues.py), never a copy of
-# kombu's defaults.
-PRIORITY_STEPS = (0,)
+# kombu keeps a queue as one Redis list per priority step (Celery's Redis guide, "Message
+# Priorities": ``celery``, ``celery:5``, ...; with Redis the lower number is served first, and
+# a worker's BRPOP names every queue's step-0 list before any step-5 one). Two steps: every
+# message goes out at DEFAULT_PRIORITY (``task_default_priority``), and the recovery puts a
+# document whose worker died back at RECOVERY_PRIORITY, ahead of the backlog, as kombu's own
+# restore did (adr/0030, amendment 2026-12-03). The documented transport options below state
+# the layout, and apps/ops and the recovery read it from here (celery_conf/queues.py), never a
+# copy of kombu's defaults.
+RECOVERY_PRIORITY = 0
+DEFAULT_PRIORITY = 5
+PRIORITY_STEPS = (RECOVERY_PRIORITY, DEFAULT_PRIORITY)
+PRIORITY_SEP = ":"
 UNACKED_KEY = "unacked"
 UNACKED_INDEX_KEY = "unacked_index"
+
 # Task time limits: the soft one raises inside the task so it can record its failure; the hard
 # one kills the pool process. supervisord waits longer than the hard one on a deploy.
 DEFAULT_SOFT_TIME_LIMIT = 300
@@ -116,6 +123,7 @@ def durable_task_settings(
             "unacked_mutex_expire": unacked_mutex_expire,
             # The layout the platform reads (celery_conf/queues.py), stated, not assumed.
             "priority_steps": PRIORITY_STEPS,
+            "sep": PRIORITY_SEP,
             "unacked_key": UNACKED_KEY,
             "unacked_index_key": UNACKED_INDEX_KEY,
             "socket_keepalive": True,
@@ -159,7 +167,13 @@ def durable_task_settings(
         # --- routing --------------------------------------------------------------------
         "task_default_queue": str(Queue.DEFAULT),
         "task_queues": tuple(KombuQueue(str(q), routing_key=str(q)) for q in Queue),
-        "task_routes": task_routes(),
+        # Each route carries the default priority step (Celery's routing options), so whatever
+        # sends a task, apply_async or send_task by name (the beat's outbox, a manual run),
+        # publishes to the same list; the recovery's explicit priority overrides it.
+        "task_routes": {name: {**route, "priority": DEFAULT_PRIORITY}
+                        for name, route in task_routes().items()},
+        # The same step for a task's own apply_async (the routes above say it for send_task).
+        "task_default_priority": DEFAULT_PRIORITY,
         # An unknown queue name in a route is a bug, not a reason to invent a queue.
         "task_create_missing_queues": False,
         # --- monitoring -----------------------------------------------------------------
@@ -171,3 +185,10 @@ def durable_task_settings(
         "task_send_sent_event": False,
     }
     return {f"CELERY_{key.upper()}": value for key, value in settings.items()}
+
+
+def queue_lists(queue: str, *, steps: tuple[int, ...] = PRIORITY_STEPS, sep: str = PRIORITY_SEP,
+                prefix: str = "") -> list[str]:
+    """The Redis lists kombu keeps ``queue`` in, one per priority step, served first first:
+    ``queue`` for step 0, ``queue<sep><step>`` for the others (Celery's Redis guide)."""
+    return [f"{prefix}{queue}{'' if step == 0 else f'{sep}{step}'}" for step in steps]

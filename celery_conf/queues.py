@@ -1,16 +1,16 @@
 """The broker's queues as the platform reads them: lengths, and how old the oldest message is.
 
 The layout is the one the policy states in kombu's documented transport options
-(celery_conf/policy.py): one priority step, so each queue is exactly one Redis list named after
-it (Celery's monitoring guide: ``redis-cli llen QUEUE_NAME``), plus ``global_keyprefix`` when
-one is set; ``unacked_key`` names the hash of delivered, unacknowledged messages. Nothing here
-copies kombu's defaults or calls its channel.
+(celery_conf/policy.py): a queue is one Redis list per priority step, the first named after the
+queue and the others ``QUEUE<sep><step>`` (Celery's Redis guide, "Message Priorities"), plus
+``global_keyprefix`` when one is set; ``unacked_key`` names the hash of delivered,
+unacknowledged messages. Nothing here copies kombu's defaults or calls its channel.
 
 Every message the platform publishes carries ``platform_queued_at`` (epoch seconds) among its
 Celery headers (``apply_async(headers=...)``, a documented option). A queue's oldest waiting
-message is then the older of the messages at its two ends, whichever end kombu pushes to: a
-read of two list elements, whatever the backlog (adr/0030). A message without the header (sent
-by something else) has no age; the caller decides what that means.
+message is then the oldest of the messages at its lists' two ends, whichever end kombu pushes
+to: a read of two elements per list, whatever the backlog (adr/0030). A message without the
+header (sent by something else) has no age; the caller decides what that means.
 """
 
 from __future__ import annotations
@@ -22,26 +22,30 @@ from typing import Any
 import redis
 
 from .celery_app import app
+from .policy import queue_lists
 
 QUEUED_AT_HEADER = "platform_queued_at"
 
 
 class LayoutNotStated(RuntimeError):
-    """The transport options do not say the one-list-per-queue layout this module reads."""
+    """The transport options do not state the layout this module reads."""
 
 
 def _transport_options() -> dict[str, Any]:
     return app.conf.broker_transport_options or {}
 
 
-def queue_key(queue: str) -> str:
-    """The Redis list holding ``queue``'s waiting messages."""
+def queue_keys(queue: str) -> list[str]:
+    """The Redis lists holding ``queue``'s waiting messages, the first served first."""
     options = _transport_options()
-    if list(options.get("priority_steps") or ()) != [0]:
+    steps = list(options.get("priority_steps") or ())
+    sep = options.get("sep")
+    if not steps or steps[0] != 0 or steps != sorted(set(steps)) or (len(steps) > 1 and not sep):
         raise LayoutNotStated(
-            "broker_transport_options must set priority_steps to [0] (celery_conf/policy.py): "
-            "with several steps a queue is several lists")
-    return f"{options.get('global_keyprefix') or ''}{queue}"
+            "broker_transport_options must state priority_steps (ascending, from 0) and sep "
+            "(celery_conf/policy.py): the queue's lists are named from them")
+    return queue_lists(queue, steps=tuple(steps), sep=sep or "",
+                       prefix=options.get("global_keyprefix") or "")
 
 
 def unacked_key() -> str:
@@ -52,9 +56,12 @@ def unacked_key() -> str:
 def queue_lengths(client: redis.Redis, queues: Iterable[str]) -> dict[str, int]:
     names = list(queues)
     pipe = client.pipeline(transaction=False)
+    keys = {queue: queue_keys(queue) for queue in names}
     for queue in names:
-        pipe.llen(queue_key(queue))
-    return dict(zip(names, (int(n) for n in pipe.execute()), strict=True))
+        for key in keys[queue]:
+            pipe.llen(key)
+    counts = iter(int(n) for n in pipe.execute())
+    return {queue: sum(next(counts) for _ in keys[queue]) for queue in names}
 
 
 def message_headers(raw: str | bytes | None) -> dict[str, Any]:
@@ -78,24 +85,28 @@ def queued_at(raw: str | bytes | None) -> float | None:
 
 
 def queue_ends(client: redis.Redis, queues: Iterable[str]) -> dict[str, list[Any]]:
-    """Each queue's messages at its two ends (one or two; none when empty), in one round trip."""
+    """Each queue's messages at its lists' two ends (none when empty), in one round trip."""
     names = list(queues)
+    keys = {queue: queue_keys(queue) for queue in names}
     pipe = client.pipeline(transaction=False)
     for queue in names:
-        key = queue_key(queue)
-        pipe.lindex(key, 0)
-        pipe.lindex(key, -1)
-    raw = pipe.execute()
+        for key in keys[queue]:
+            pipe.lindex(key, 0)
+            pipe.lindex(key, -1)
+    raw = iter(pipe.execute())
     ends: dict[str, list[Any]] = {}
-    for i, queue in enumerate(names):
-        first, last = raw[2 * i], raw[2 * i + 1]
-        ends[queue] = [m for m in ((first, last) if first != last else (first,)) if m is not None]
+    for queue in names:
+        ends[queue] = []
+        for _ in keys[queue]:
+            first, last = next(raw), next(raw)
+            ends[queue] += [m for m in ((first, last) if first != last else (first,))
+                            if m is not None]
     return ends
 
 
 def oldest_queued_at(client: redis.Redis, queue: str) -> tuple[bool, float | None]:
     """(waiting, stamp): whether ``queue`` holds any message, and the oldest ``queued_at``
-    among its two ends (None when neither end carries one)."""
+    among its lists' ends (None when no end carries one)."""
     ends = queue_ends(client, [queue])[queue]
     stamps = [s for s in (queued_at(m) for m in ends) if s is not None]
     return bool(ends), (min(stamps) if stamps else None)

@@ -32,7 +32,8 @@ VERIFIED: dict[str, str] = {
     # worker_shutdown after the pool has finished (the heartbeat's end).
     "celery": ">=5.6.0,<5.8",
     # The Redis transport's documented options: visibility_timeout, unacked_restore_*,
-    # priority_steps, unacked_key; JSON envelopes with the Celery headers.
+    # priority_steps and sep (a queue as one list per step, step 0
+    # served first), unacked_key; JSON envelopes with the Celery headers.
     "kombu": ">=5.6.0,<5.8",
     # The lock and schedule keys and their JSON; 2.5 changes how the Redis URL is configured.
     "celery-redbeat": ">=2.4.1,<2.5",

@@ -49,6 +49,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from celery_conf.names import Queue  # noqa: E402
+from celery_conf.policy import queue_lists  # noqa: E402
 from loadtests.common import (  # noqa: E402
     new_figure,
     progress,
@@ -67,7 +68,8 @@ from loadtests.costs import (  # noqa: E402
 )
 from tests.procs import Client, Proc, Stack, Web, make_template_db, wait_until  # noqa: E402
 
-DOCUMENTS_QUEUE = str(Queue.DOCUMENTS)
+# The documents queue's lists, one per priority step (celery_conf/policy.py).
+DOCUMENTS_LISTS = queue_lists(str(Queue.DOCUMENTS))
 SUBMITTERS = 4  # concurrent logged-in clients, as in throughput_comparison.py
 WEB_WORKERS = 2  # uvicorn worker processes, as shipped (platform/lib.sh WEB_WORKERS)
 WARM_UP_DOCS = 12  # before measuring: every web and pool process has served a few
@@ -209,10 +211,11 @@ def queued_bytes(stack: Stack) -> float:
     client buffers.
     """
     client = stack.redis.client()
-    length = client.llen(DOCUMENTS_QUEUE)
+    length = sum(client.llen(key) for key in DOCUMENTS_LISTS)
     if not length:
         return float("nan")
-    return float(client.memory_usage(DOCUMENTS_QUEUE, samples=0)) / length
+    return sum(float(client.memory_usage(key, samples=0) or 0)
+               for key in DOCUMENTS_LISTS) / length
 
 
 def wait_finished(db: Database, total: int, what: str) -> float:

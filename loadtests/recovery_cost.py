@@ -31,10 +31,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from celery_conf.policy import queue_lists  # noqa: E402
 from loadtests.common import new_figure, progress, save_figure, save_json, summary  # noqa: E402
 from tests.procs import Stack, make_template_db  # noqa: E402
 
-QUEUE = "documents"
+# The documents queue's lists, one per priority step (celery_conf/policy.py).
+QUEUE_LISTS = queue_lists("documents")
+
+
+def queued_in_redis(client: Any) -> int:
+    return sum(client.llen(key) for key in QUEUE_LISTS)
 
 
 def redis_usec(client: Any) -> int:
@@ -45,9 +51,11 @@ def redis_usec(client: Any) -> int:
 def old_scan(client: Any) -> int:
     """The reconciler's broker scan before issue 16: every queued and unacked message."""
     pipe = client.pipeline(transaction=True)
-    pipe.lrange(QUEUE, 0, -1)
+    for key in QUEUE_LISTS:
+        pipe.lrange(key, 0, -1)
     pipe.hvals("unacked")
-    queued, unacked = pipe.execute()
+    *lists, unacked = pipe.execute()
+    queued = [raw for entries in lists for raw in entries]
     found = 0
     for raw in list(queued) + [json.dumps(json.loads(e)[0]) for e in unacked]:
         payload = json.loads(raw)
@@ -108,7 +116,7 @@ def main() -> None:
                 for doc in docs:
                     document_enqueue(document_id=doc.pk, generation=0)
                 queued += batch
-                progress(f"  {queued:,} queued, {client.llen(QUEUE):,} in Redis")
+                progress(f"  {queued:,} queued, {queued_in_redis(client):,} in Redis")
             orphan = Document.objects.create(owner=owner, title="orphan", source="paste",
                                              content="lost words", size_bytes=10)
             Document.objects.filter(pk=orphan.pk).update(
@@ -133,7 +141,7 @@ def main() -> None:
             Document.objects.filter(pk=orphan.pk).update(state="done")  # this step's only
             results.append({"backlog": backlog, "recovery": new, "scan_before": old,
                             "orphan_found_every_pass": True})
-            queued = client.llen(QUEUE)
+            queued = queued_in_redis(client)
         save_json("recovery_cost", {"passes": args.passes, "results": results,
                                     "load_average": os.getloadavg()})
         print(f"{'backlog':>9}  {'recovery p50 wall/cpu/redis ms':>32}  "

@@ -38,6 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from celery_conf.policy import queue_lists  # noqa: E402
 from loadtests.common import new_figure, progress, save_figure, save_json  # noqa: E402
 from tests.procs import (  # noqa: E402
     BIN,
@@ -218,9 +219,9 @@ def flower_tasks(base: str) -> int:
 def wait_drained(stack: Stack, config: Config, *, what: str, timeout: float = 600) -> float:
     """Wall time at which the queue and the in-flight hash were first seen empty."""
     client = stack.redis.client()
-    queue = "celery" if config.app == "vanilla" else "default"
+    lists = queue_lists("celery" if config.app == "vanilla" else "default")
     deadline = time.monotonic() + timeout
-    while client.llen(queue) + client.hlen("unacked") > 0:
+    while sum(client.llen(key) for key in lists) + client.hlen("unacked") > 0:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what}: not drained in {timeout} s")
         time.sleep(0.005)
@@ -272,7 +273,8 @@ class EmptyWatcher(threading.Thread):
     def __init__(self, stack: Stack, config: Config) -> None:
         super().__init__(daemon=True)
         self.client = stack.redis.client()
-        self.queue = "celery" if config.app == "vanilla" else "default"
+        # Every priority step's list (the vanilla app's extra one stays empty).
+        self.lists = queue_lists("celery" if config.app == "vanilla" else "default")
         self.empty_at: list[float] = []
         self.stop_after: float | None = None
 
@@ -280,7 +282,7 @@ class EmptyWatcher(threading.Thread):
         deadline = time.monotonic() + 900
         while time.monotonic() < deadline:
             now = time.time()
-            if self.client.llen(self.queue) + self.client.hlen("unacked") == 0:
+            if sum(self.client.llen(key) for key in self.lists) + self.client.hlen("unacked") == 0:
                 self.empty_at.append(now)
                 if self.stop_after is not None and now >= self.stop_after:
                     return

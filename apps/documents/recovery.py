@@ -13,10 +13,12 @@ Two kinds, both found at a cost that does not grow with the backlog (adr/0030):
   it was consumed already, so if it is still queued and no retry countdown holds it, nothing
   will run it.
 
-Each is put back with its generation counted up, in a compare-and-set on the row, so two
-passes (or a pass racing a claim) cannot both act, and any older copy of its message that
-turns up later is skipped by the claim. The leading beat runs ``documents_recover_duty`` every
-second (scheduler/duties.py); the reconciler's periodic run calls ``documents_recover`` too.
+Each is put back ahead of the queue's backlog (the recovery priority step, as kombu's own
+restore put a message back at the consuming end) with its generation counted up, in a
+compare-and-set on the row, so two passes (or a pass racing a claim) cannot both act, and any
+older copy of its message that turns up later is skipped by the claim. The leading beat runs
+``documents_recover_duty`` every second (scheduler/duties.py); the reconciler's periodic run
+calls ``documents_recover`` too.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from redis.exceptions import RedisError
 from celery_conf import names
 from celery_conf.connections import redis_client
 from celery_conf.liveness import run_alive, worker_heartbeats
+from celery_conf.policy import RECOVERY_PRIORITY
 from celery_conf.queues import oldest_queued_at
 
 from .models import Document, DocumentRun
@@ -167,7 +170,9 @@ def _requeue(document_id: int, *, state: str, generation: int, why: str) -> bool
             outcome=Outcome.SUPERSEDED, finished_at=now, detail=why)
         document_announce(document_id=document_id, state=State.QUEUED)
     try:
-        document_enqueue(document_id=document_id, generation=generation + 1)
+        # Ahead of the backlog: it waited its turn once already (celery_conf/policy.py).
+        document_enqueue(document_id=document_id, generation=generation + 1,
+                         priority=RECOVERY_PRIORITY)
     except (KombuOperationalError, RedisError, OSError) as exc:
         # Queued in the database with no message: the next pass finds it an orphan.
         logger.warning("documents: could not re-enqueue %s: %s", document_id, exc)

@@ -90,15 +90,17 @@ def document_submit(
     return document
 
 
-def document_enqueue(*, document_id: int, generation: int) -> None:
+def document_enqueue(*, document_id: int, generation: int, priority: int | None = None) -> None:
     """Publish the document's message for ``generation``, stamped with the time it is queued
     (the recovery's watermark, celery_conf/queues.py). The arguments stay ``[document_id]``:
-    a worker of the previous release runs the message unchanged (an upgrade's rollback)."""
+    a worker of the previous release runs the message unchanged (an upgrade's rollback).
+    ``priority`` None is the policy's default step; the recovery passes RECOVERY_PRIORITY."""
     from .tasks import process_document  # the task module imports this one
 
     process_document.apply_async(
         args=[document_id],
         headers={GENERATION_HEADER: generation, QUEUED_AT_HEADER: time.time()},
+        **({} if priority is None else {"priority": priority}),
         retry=True,
         retry_policy={"max_retries": 2, "interval_start": 0.2, "interval_step": 0.4},
     )
@@ -152,7 +154,8 @@ def _claim(
                         document_id, generation, document.generation)
             return SKIPPED
         if document.state == State.PROCESSING and _holder_alive(
-                document_id, worker=worker, worker_pid=worker_pid, pid=pid):
+                document_id, worker=worker, worker_pid=worker_pid, pid=pid,
+                retry_of=None if redelivered else task_id):
             # A second copy of the message while its run goes on (never by kombu's timeout,
             # which outlasts any run): that run finishes it, or the recovery hands it on.
             logger.warning("documents: %s is being processed by a live run; this copy is "
@@ -189,8 +192,17 @@ def _claim(
         return Claim(token=document.claim_token, run_id=run.pk, content=document.content)
 
 
-def _holder_alive(document_id: int, *, worker: str, worker_pid: int, pid: int) -> bool:
+def _holder_alive(document_id: int, *, worker: str, worker_pid: int, pid: int,
+                  retry_of: str | None) -> bool:
     """Is a run of ``document_id`` still going in a live process?
+
+    ``retry_of``: this delivery's task id when it is a fresh message (not one kombu restored,
+    which it marks redelivered: a broken connection's channel restores its unacked messages
+    at once, while their runs go on). A fresh message under an existing run's task id is that
+    task's retry, which Celery sends only as the attempt returns (after an error such as the
+    database going away mid-transaction, when the run could not even be closed): that run is
+    over, though its process may be alive and idle, and must not hold the document
+    (tests/hosts/test_partitions.py).
 
     A run of this same worker's pool (a sibling pool process, the usual case after a pool
     process was killed and its message requeued at once) is judged by asking the kernel;
@@ -201,6 +213,8 @@ def _holder_alive(document_id: int, *, worker: str, worker_pid: int, pid: int) -
     oldest = timezone.now() - timedelta(seconds=settings.CELERY_TASK_TIME_LIMIT)
     runs = DocumentRun.objects.filter(document_id=document_id, outcome=Outcome.RUNNING,
                                       started_at__gt=oldest)
+    if retry_of is not None:
+        runs = runs.exclude(task_id=retry_of)
     for run in runs.only("worker", "worker_pid", "pid", "started_at"):
         if run.worker == worker and run.worker_pid == worker_pid:
             if run.pid != pid and _process_exists(run.pid):

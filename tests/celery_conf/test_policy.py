@@ -25,7 +25,12 @@ def test_every_task_gets_the_durable_policy():
     assert conf.task_soft_time_limit < conf.task_time_limit
     # The layout celery_conf/queues.py reads is stated in kombu's documented options.
     transport = conf.broker_transport_options
-    assert list(transport["priority_steps"]) == [0]
+    assert list(transport["priority_steps"]) == [0, 5] and transport["sep"] == ":"
+    assert conf.task_default_priority == 5  # the recovery's step 0 is served before it
+    # send_task by name (the beat's outbox, a manual run) gets the same step from its route;
+    # an explicit priority (the recovery's) wins.
+    assert app.amqp.router.route({}, "reports.retention_purge")["priority"] == 5
+    assert app.amqp.router.route({"priority": 0}, "documents.process")["priority"] == 0
     assert transport["unacked_key"] == "unacked" and transport["unacked_restore_limit"] == 10
 
 

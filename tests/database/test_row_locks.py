@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 from celery import Celery
 
+from celery_conf.queues import queue_keys
 from tests.documents.tally import sample_text, tally
 from tests.procs import wait_until
 
@@ -27,7 +28,7 @@ def test_two_copies_of_each_document_delivered_at_once_give_one_result_each(
     ids = [client.submit(sample_text(n)) for n in range(DOCUMENTS)]
     # Replace the queued messages with two copies of each, adjacent: the two copies are
     # taken by two pool processes within milliseconds of each other.
-    stack.redis.client().delete("documents")
+    stack.redis.client().delete(*queue_keys("documents"))
     app = Celery(broker=stack.redis.url)
     for doc_id in ids:
         for _ in range(2):

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from celery_conf.names import DOCUMENT_PROCESS
+from celery_conf.policy import queue_lists
 from celery_conf.queues import message_headers
 from tests.procs import Stack
 
@@ -19,7 +20,8 @@ from tests.procs import Stack
 FAST_RECOVERY = {"CELERY_HEARTBEAT_INTERVAL": "0.5"}
 # The reconciler every 2 s, and the orphan watermark's grace at 3 s.
 FAST_RECONCILER = {"PLATFORM_RECONCILE_EVERY_S": "2", "DOCUMENTS_RECONCILE_AFTER_S": "3"}
-QUEUE = "documents"
+# The documents queue's lists, one per priority step (celery_conf/policy.py).
+QUEUE_LISTS = queue_lists("documents")
 
 
 def document_of(raw: str | bytes) -> int | None:
@@ -40,15 +42,17 @@ def document_of(raw: str | bytes) -> int | None:
 def drop_queued_message(stack: Stack, doc_id: int) -> bool:
     """Delete the document's message from the queue, as a lost write would."""
     client = stack.redis.client()
-    for raw in client.lrange(QUEUE, 0, -1):
-        if document_of(raw) == doc_id:
-            return bool(client.lrem(QUEUE, 1, raw))
+    for key in QUEUE_LISTS:
+        for raw in client.lrange(key, 0, -1):
+            if document_of(raw) == doc_id:
+                return bool(client.lrem(key, 1, raw))
     return False
 
 
 def queued_messages(stack: Stack, doc_id: int) -> list[dict[str, Any]]:
     """The headers of every message for ``doc_id`` waiting in the queue."""
-    return [message_headers(raw) for raw in stack.redis.client().lrange(QUEUE, 0, -1)
+    client = stack.redis.client()
+    return [message_headers(raw) for key in QUEUE_LISTS for raw in client.lrange(key, 0, -1)
             if document_of(raw) == doc_id]
 
 

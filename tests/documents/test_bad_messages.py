@@ -12,6 +12,7 @@ import pytest
 from kombu import Connection, Exchange, Producer, Queue
 
 from apps.documents.processing import process_text  # noqa: F401  (imports without Django)
+from celery_conf.queues import queue_lengths
 from tests.documents.tally import all_finished, sample_text
 from tests.procs import wait_until
 
@@ -60,7 +61,8 @@ def test_pickled_message_is_refused_and_never_executed(make_stack, tmp_path, mea
     wait_until(lambda: all_finished(stack, [doc_id]), timeout=30, what="a JSON document after it")
     redis = stack.redis.client()
     assert not marker.exists(), "the pickled payload was executed"
-    assert redis.llen("documents") == 0 and redis.hlen("unacked") == 0
+    assert queue_lengths(redis, ["documents"]) == {"documents": 0}
+    assert redis.hlen("unacked") == 0
     assert worker.alive()
     measure(pickled_refused=1, executed=int(marker.exists()))
 
@@ -72,6 +74,7 @@ def test_unknown_task_name_is_discarded_with_a_clear_log_line(make_stack):
     wait_until(lambda: "Received unregistered task of type 'documents.no_such_task'"
                in worker.log(), timeout=30, what="the worker reports the unknown task")
     redis = stack.redis.client()
-    wait_until(lambda: redis.llen("documents") == 0 and redis.hlen("unacked") == 0,
+    wait_until(lambda: queue_lengths(redis, ["documents"]) == {"documents": 0}
+               and redis.hlen("unacked") == 0,
                timeout=10, what="the unknown message is discarded")
     assert worker.alive()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from celery_conf.queues import queue_lengths
 from tests.documents.tally import all_finished, sample_text, tally
 from tests.procs import Stack, wait_until
 
@@ -47,7 +48,7 @@ def aof_tail(stack: Stack) -> Path:
 
 
 def queued_message_count(stack: Stack) -> int:
-    return int(stack.redis.client().llen("documents"))
+    return queue_lengths(stack.redis.client(), ["documents"])["documents"]
 
 
 def test_power_cut_losing_the_aof_tail_loses_no_acknowledged_document(make_stack, measure):

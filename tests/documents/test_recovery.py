@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -22,6 +23,8 @@ from tests.documents.tally import all_finished, sample_text, tally
 from tests.procs import wait_until
 
 pytestmark = pytest.mark.processes
+# Documents queued at once behind the one whose worker is killed: about 20 s of w2's work.
+BACKLOG_BEHIND = 24
 
 
 def runs_of(stack: Any, doc_id: int) -> list[tuple[str, str]]:
@@ -136,3 +139,51 @@ def test_a_frozen_worker_is_taken_for_dead_and_its_late_result_dropped(make_stac
                                       (({"w1", "w2"} - {runner}).pop(), "done")]
     assert result.completed == 1 and result.doubled == 0
     measure(**result.as_dict(), handed_on_after_freeze_s=handed_on_after)
+
+
+def _when(value: Any) -> datetime:
+    return value if isinstance(value, datetime) else datetime.fromisoformat(value)
+
+
+def test_a_document_whose_worker_died_goes_ahead_of_the_backlog(make_stack, measure):
+    # The recovery re-enqueues at the recovery priority step, which every worker's BRPOP
+    # serves before the default step (celery_conf/policy.py): a handed-on document waited
+    # its turn once and does not wait behind everything queued since, as kombu's own restore
+    # (to the consuming end) did before adr/0030. At the default step it would run last here.
+    stack = make_stack(env={**FAST_RECOVERY, "DOCUMENTS_PROCESSING_SECONDS": "1"})
+    w1 = stack.start_worker("w1", concurrency=1)
+    stack.start_worker("w2", concurrency=1)
+    stack.start_elected_beat("b1")
+    client = stack.start_web(workers=1).session()
+    ids = [client.submit(sample_text(i)) for i in range(BACKLOG_BEHIND)]
+
+    def running_on_w1() -> int | None:
+        rows = stack.query("SELECT document_id FROM documents_documentrun WHERE "
+                           "outcome = 'running' AND worker LIKE 'w1@%'")
+        return int(rows[0][0]) if rows else None
+
+    victim = wait_until(running_on_w1, timeout=30, what="w1 runs a document")
+    w1.signal(signal.SIGKILL, group=True)
+    w1.wait_exit(timeout=10)
+    wait_until(lambda: len(runs_of(stack, victim)) == 2, timeout=30, interval=0.1,
+               what="the victim starts again on w2")
+    wait_until(lambda: all_finished(stack, ids), timeout=120, what="the backlog drains")
+
+    (handed_on_at,), = stack.query(
+        "SELECT finished_at FROM documents_documentrun WHERE document_id = ? AND "
+        "outcome = 'superseded'", victim)
+    (restarted_at,), = stack.query(
+        "SELECT started_at FROM documents_documentrun WHERE document_id = ? AND "
+        "outcome = 'done'", victim)
+    starts = [_when(r[0]) for r in stack.query(
+        "SELECT started_at FROM documents_documentrun WHERE document_id != ?", victim)]
+    waiting_at_handover = sum(1 for s in starts if s > _when(handed_on_at))
+    overtaken_by = sum(1 for s in starts if _when(handed_on_at) < s < _when(restarted_at))
+    result = tally(stack, ids)
+    assert waiting_at_handover >= 5, "the backlog was gone before the handover: no test"
+    # w2 may have fetched its next document in the instant the victim was re-enqueued.
+    assert overtaken_by <= 1, (
+        f"{overtaken_by} of {waiting_at_handover} documents queued behind it ran first")
+    assert result.completed == len(ids) and result.doubled == 0 and result.lost == 0
+    measure(**result.as_dict(), waiting_at_handover=waiting_at_handover,
+            overtaken_by=overtaken_by)

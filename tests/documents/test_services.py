@@ -41,9 +41,12 @@ def deliver(document: Document, *, task_id: str = "t1", final: bool = False,
 
 
 def claim(document: Document, *, worker: str, worker_pid: int, pid: int,
-          generation: int | None = 0) -> services.Claim | str:
+          generation: int | None = 0, redelivered: bool = True) -> services.Claim | str:
+    """A delivery of the document's one message (task id "a"): copies kombu put back are
+    marked redelivered; ``redelivered=False`` after a first claim is that task's retry."""
     return services._claim(document_id=document.pk, generation=generation, task_id="a",
-                           worker=worker, worker_pid=worker_pid, pid=pid, redelivered=False)
+                           worker=worker, worker_pid=worker_pid, pid=pid,
+                           redelivered=redelivered)
 
 
 def dead_pid() -> int:
@@ -126,6 +129,20 @@ def test_a_sibling_pool_process_is_judged_by_the_kernel(document: Document):
     assert isinstance(taken, services.Claim)
     # A sibling that is alive (this test process stands for it) keeps the claim.
     assert claim(document, worker="w1@h", worker_pid=100, pid=dead_pid()) == services.SKIPPED
+
+
+@override_settings(DOCUMENTS_PROCESSING_SECONDS=0)
+def test_a_retry_takes_over_from_its_own_run_whose_process_lives_on(document: Document):
+    # The attempt raised (the database dropped mid-transaction) and could not close its run;
+    # its pool process (this test process stands for it) lives on, idle. The retry, a fresh
+    # message under the same task id, runs on a sibling: it is not held by that run.
+    first = claim(document, worker="w1@h", worker_pid=100, pid=os.getpid())
+    assert isinstance(first, services.Claim)
+    assert claim(document, worker="w1@h", worker_pid=100, pid=dead_pid()) == services.SKIPPED
+    retry = claim(document, worker="w1@h", worker_pid=100, pid=dead_pid(), redelivered=False)
+    assert isinstance(retry, services.Claim)
+    outcomes = list(document.runs.order_by("id").values_list("outcome", flat=True))
+    assert outcomes == ["superseded", "running"]
 
 
 @override_settings(DOCUMENTS_PROCESSING_SECONDS=0, DOCUMENTS_MAX_STARTS=3)
