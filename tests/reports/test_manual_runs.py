@@ -14,6 +14,7 @@ import pytest
 from scheduler.tables import JOBS
 from tests.documents.broker import FAST_RECOVERY
 from tests.procs import wait_until
+from tests.reports.users import users_add
 
 pytestmark = pytest.mark.processes
 DIGEST = "reports.daily_digest"
@@ -30,13 +31,7 @@ def recipients(mail_dir) -> Counter[str]:  # type: ignore[no-untyped-def]
 @pytest.mark.all_configs
 def test_a_manual_digest_killed_mid_run_mails_every_user_once(make_stack, measure):
     stack = make_stack(env=FAST_RECOVERY)
-    with stack.db() as conn:
-        conn.executemany(
-            "INSERT INTO auth_user (password, is_superuser, username, first_name, last_name, "
-            "email, is_staff, is_active, date_joined) VALUES ('!', FALSE, ?, '', '', ?, FALSE, "
-            "TRUE, CURRENT_TIMESTAMP)",
-            [(f"user{n}", f"user{n}@example.com") for n in range(USERS)])
-        conn.commit()
+    users_add(stack, count=USERS)
     stack.start_worker("w1", concurrency=1)
     queued = stack.manage("run_periodic_job", DIGEST)
     assert "queued manual run" in queued.stdout, queued.stdout + queued.stderr

@@ -18,6 +18,7 @@ from celery import Celery
 from scheduler.tables import JOBS
 from tests.documents.broker import FAST_RECOVERY
 from tests.procs import wait_until
+from tests.reports.users import users_add
 
 pytestmark = pytest.mark.processes
 DIGEST = "reports.daily_digest"
@@ -26,13 +27,7 @@ DIGEST = "reports.daily_digest"
 @pytest.mark.all_configs
 def test_a_run_whose_pool_child_was_killed_is_marked_lost(make_stack, measure):
     stack = make_stack(env=FAST_RECOVERY)
-    with stack.db() as conn:
-        conn.executemany(
-            "INSERT INTO auth_user (password, is_superuser, username, first_name, last_name, "
-            "email, is_staff, is_active, date_joined) VALUES ('!', FALSE, ?, '', '', ?, FALSE, "
-            "TRUE, CURRENT_TIMESTAMP)",
-            [(f"user{n}", f"user{n}@example.com") for n in range(1500)])
-        conn.commit()
+    users_add(stack, count=1500)
     worker = stack.start_worker("w1", concurrency=1)
     slot = JOBS[DIGEST].slot_at(datetime.now(UTC)).isoformat()
     sender = Celery(broker=stack.redis.url)
