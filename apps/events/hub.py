@@ -167,7 +167,7 @@ class Hub:
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._reported_at = 0.0
-        self._dirty = True
+        self._changed = True
         # Recent session ends (loop time, user, session or None for all), for a stream that
         # authenticated just before one and attaches just after it.
         self._ended: deque[tuple[float, int, str | None]] = deque()
@@ -192,7 +192,7 @@ class Hub:
         if sub.events:
             self._all.add(sub)
             self._by_user.setdefault(sub.user_id, set()).add(sub)
-            self._dirty = True
+            self._changed = True
         else:
             self._watchers.setdefault(sub.user_id, set()).add(sub)
         for at, user_id, session in self._ended:
@@ -214,7 +214,7 @@ class Hub:
                 peers.discard(sub)
                 if not peers:
                     del self._by_user[sub.user_id]
-            self._dirty = True
+            self._changed = True
 
     def _dispatch(self, events: list[Event]) -> None:
         """Hand ``events`` (in log order) to every connection they are for.
@@ -378,10 +378,10 @@ class Hub:
 
     async def _report(self, client: aioredis.Redis) -> None:
         now = time.monotonic()
-        due = PING_INTERVAL_S if not self._dirty else REPORT_INTERVAL_S
+        due = PING_INTERVAL_S if not self._changed else REPORT_INTERVAL_S
         if now - self._reported_at < due:
             return
-        self._reported_at, self._dirty = now, False
+        self._reported_at, self._changed = now, False
         # "direct": streams whose socket this hub may write to (adr/0035); ops and tests.
         direct = sum(1 for sub in self._all if sub.wire is not None)
         state = {"connections": len(self._all), "direct": direct,
