@@ -118,6 +118,8 @@ def _checked(title: str, text: str, source: str, filename: str) -> Submission:
         raise SubmissionError(400, "The document is empty.")
     if "\x00" in text:
         raise SubmissionError(415, "The document contains binary data; send plain text.")
+    if "\x00" in title:  # PostgreSQL's text columns refuse it (a 500 there)
+        raise SubmissionError(400, "The title holds a NUL character (\\u0000); send text.")
     if len(text.encode()) > settings.DOCUMENTS_MAX_BYTES:
         raise too_large()
     title = " ".join(title.split())
