@@ -31,6 +31,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connections
 from django.db.migrations.loader import MigrationLoader
+from redis.exceptions import RedisError
 
 from celery_conf.connections import redis_client
 
@@ -130,6 +131,8 @@ def backup_restore(*, backup: Path, force: bool = False, redis: bool = True) -> 
     failed or killed leaves the live data exactly as it was.
     """
     manifest = backup_verify(backup=backup, redis=redis)
+    if redis:
+        _redis_stopped_check()
     conf = settings.DATABASES["default"]
     aof_target = settings.REDIS_DATA_DIR / AOF_DIR_NAME
     if not force:
@@ -203,6 +206,17 @@ def backup_verify(*, backup: Path, redis: bool = True) -> dict[str, Any]:
             f"backup lacks, e.g. {(newer or older)[0][0]}.{(newer or older)[0][1]}): restore it "
             "with the release that took it")
     return manifest
+
+
+def _redis_stopped_check() -> None:
+    """Refuse while the platform's Redis answers: a running Redis keeps its own data in memory
+    and its next rewrite of the append-only files puts that back over the restored ones."""
+    try:
+        redis_client().ping()
+    except (RedisError, OSError):
+        return  # not answering: stopped (or unreachable), its files are free to replace
+    raise BackupError("Redis is running: stop the platform, Redis included, before a "
+                      "restore (or restore the database alone with --no-redis)")
 
 
 def _stale_stages_remove(*directories: Path | None) -> None:

@@ -164,3 +164,27 @@ def test_a_restore_refused_or_killed_changes_nothing_and_a_good_one_replaces(box
         redis.stop()
     measure(refusals=len(REFUSALS), live_changed_by_refusals=0, live_changed_by_kill=0,
             restore_60mb_s=round(restore_s, 2))
+
+
+def test_a_restore_is_refused_while_redis_runs_and_changes_nothing(box):
+    # A restore under a running Redis swapped its files and reported success; Redis kept its
+    # own data in memory, and its next rewrite of the append-only file put that data back
+    # over the restored files: exit 0, and nothing of the backup's Redis data remained.
+    base, env, redis = box
+    result = manage(env, "backup_now")
+    assert result.returncode == 0, result.stderr
+    backup = Path(result.stdout.strip())
+    redis.start()
+    try:
+        redis.client().set("platform:test:key", "after")
+        before = live(base)
+        refused = manage(env, "restore_backup", "--force", str(backup))
+        assert refused.returncode == 1, refused.stdout
+        assert "Redis is running" in refused.stderr, refused.stderr
+        assert live(base) == before
+        assert redis.client().get("platform:test:key") == "after"
+        # The database alone may still be restored (--no-redis): Redis's files are not read.
+        database_only = manage(env, "restore_backup", "--force", "--no-redis", str(backup))
+        assert database_only.returncode == 0, database_only.stderr
+    finally:
+        redis.stop()
