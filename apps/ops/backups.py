@@ -177,6 +177,13 @@ def backup_verify(*, backup: Path, redis: bool = True) -> dict[str, Any]:
         checksums = manifest["sha256"]
         schema = manifest["schema"]
         engine, file_name = database["engine"], database["file"]
+        redis_files = manifest.get("redis_files") or []
+        if not (isinstance(manifest["taken_at"], str) and isinstance(checksums, dict)
+                and isinstance(redis_files, list) and isinstance(schema, list)
+                and all(isinstance(n, str) for n in [*checksums, *checksums.values()])
+                and all(_plain_name(n) for n in [file_name, *redis_files])
+                and all(isinstance(p, list) and len(p) == 2 for p in schema)):
+            raise TypeError
     except (ValueError, KeyError, TypeError):
         raise BackupError(f"{manifest_path} is not a manifest this release can read (made "
                           "before backups carried checksums, or damaged)") from None
@@ -206,6 +213,12 @@ def backup_verify(*, backup: Path, redis: bool = True) -> dict[str, Any]:
             f"backup lacks, e.g. {(newer or older)[0][0]}.{(newer or older)[0][1]}): restore it "
             "with the release that took it")
     return manifest
+
+
+def _plain_name(name: object) -> bool:
+    """A file name inside its directory: nothing a manifest names may lead out of it."""
+    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name \
+        and "\0" not in name
 
 
 def _redis_stopped_check() -> None:

@@ -100,7 +100,15 @@ def damaged(backup: Path, tmp_path: Path, name: str) -> Path:
         (copy / "manifest.json").unlink()
     elif name == "garbage-manifest":
         (copy / "manifest.json").write_text("{not json")
-    if name in ("postgresql", "newer-schema"):
+    elif name == "checksums-not-a-map":
+        manifest["sha256"] = sorted(manifest["sha256"])
+    elif name == "no-taken-at":
+        del manifest["taken_at"]
+    elif name == "name-outside":  # a name that leaves the backup, its checksum "right"
+        manifest["redis_files"].append("../db.sqlite3")
+        manifest["sha256"]["appendonlydir/../db.sqlite3"] = manifest["sha256"]["db.sqlite3"]
+    if name in ("postgresql", "newer-schema", "checksums-not-a-map", "no-taken-at",
+                "name-outside"):
         (copy / "manifest.json").write_text(json.dumps(manifest))
     return copy
 
@@ -114,6 +122,9 @@ REFUSALS = {
     "newer-schema": "another schema than this release's",
     "no-manifest": "not a complete backup",
     "garbage-manifest": "not a manifest this release can read",
+    "checksums-not-a-map": "not a manifest this release can read",
+    "no-taken-at": "not a manifest this release can read",
+    "name-outside": "not a manifest this release can read",
 }
 
 
