@@ -17,6 +17,7 @@ each store in one rename (adr/0038).
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import hashlib
 import json
 import os
@@ -24,7 +25,9 @@ import shutil
 import sqlite3
 import subprocess
 import time
-from datetime import UTC, datetime
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +39,8 @@ from redis.exceptions import RedisError
 from celery_conf.connections import redis_client
 
 BACKUP_PREFIX = "backup-"
+BACKUP_STAMP = "%Y%m%dT%H%M%SZ"
+PUBLISH_LOCK = ".publish.lock"  # in BACKUP_DIR: one backup published (and pruned) at a time
 AOF_DIR_NAME = "appendonlydir"  # Redis 7's multi-part AOF directory (appenddirname)
 SQLITE_FILE = "db.sqlite3"
 PG_DUMP_FILE = "db.pgdump"
@@ -68,11 +73,11 @@ def backup_create(*, slot: str | None = None, root: Path | None = None,
     """Take a backup into ``root``/backup-<slot>; None when that slot's backup exists already."""
     root = root or settings.BACKUP_DIR
     keep = settings.BACKUP_KEEP if keep is None else keep
-    stamp = (datetime.fromisoformat(slot) if slot else datetime.now(UTC)).strftime(
-        "%Y%m%dT%H%M%SZ")
-    final = root / f"{BACKUP_PREFIX}{stamp}"
-    if final.exists():
+    taken = datetime.fromisoformat(slot) if slot else datetime.now(UTC)
+    final = root / f"{BACKUP_PREFIX}{taken.strftime(BACKUP_STAMP)}"
+    if slot and final.exists():
         return None
+    stamp = taken.strftime(BACKUP_STAMP)
     if not root.exists():
         root.mkdir(mode=PRIVATE_DIR_MODE, parents=True)
         root.chmod(PRIVATE_DIR_MODE)
@@ -97,14 +102,36 @@ def backup_create(*, slot: str | None = None, root: Path | None = None,
             "schema": _schema_applied(),
         }, indent=2))
         _make_private(partial)
-        # Make room first, so the directory never holds more than ``keep`` complete backups
-        # (unless two backups run at once), then publish: complete or not at all.
-        backups_prune(root=root, keep=keep - 1)
-        partial.rename(final)
+        # One publisher at a time (backups at once: the nightly one beside a backup_now).
+        with _publish_lock(root):
+            if slot and final.exists():
+                shutil.rmtree(partial)
+                return None  # that slot's backup, published by another delivery meanwhile
+            # By hand: named after every backup there (a second one within the same second,
+            # or one that waited here), so the names keep their order and pruning removes
+            # the oldest, never this one.
+            newest = (backups_list(root=root) or [None])[-1] if not slot else None
+            while newest is not None and final.name <= newest.name:
+                taken += timedelta(seconds=1)
+                final = root / f"{BACKUP_PREFIX}{taken.strftime(BACKUP_STAMP)}"
+            # Make room first, so the directory never holds more than ``keep`` complete
+            # backups, then publish: complete or not at all.
+            backups_prune(root=root, keep=keep - 1)
+            partial.rename(final)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
     return final
+
+
+@contextmanager
+def _publish_lock(root: Path) -> Iterator[None]:
+    fd = os.open(root / PUBLISH_LOCK, os.O_RDWR | os.O_CREAT, PRIVATE_FILE_MODE)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def backups_list(*, root: Path | None = None) -> list[Path]:

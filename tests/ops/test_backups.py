@@ -199,3 +199,25 @@ def test_a_restore_is_refused_while_redis_runs_and_changes_nothing(box):
         assert database_only.returncode == 0, database_only.stderr
     finally:
         redis.stop()
+
+
+def test_backups_at_once_each_publish_one_and_the_newest_keep_remain(box):
+    # Four at once (an operator's backup_now beside the nightly one, say), BACKUP_KEEP=2:
+    # they crashed with tracebacks (two in one second renamed onto each other, two prunes
+    # removed the same directory) and left one backup where two were to be kept.
+    base, env, _ = box
+    env = {**env, "BACKUP_KEEP": "2"}
+    for _ in range(2):
+        assert manage(env, "backup_now").returncode == 0
+    runs = [subprocess.Popen([sys.executable, "manage.py", "backup_now"], cwd=ROOT, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(4)]
+    taken = []
+    for run in runs:
+        out, err = run.communicate(timeout=300)
+        assert run.returncode == 0, err
+        taken.append(Path(out.strip()))
+    assert len(set(taken)) == 4  # each its own backup, named by its own path
+    kept = sorted((base / "backups").glob("backup-*"))
+    assert kept == sorted(taken)[-2:]
+    assert not list((base / "backups").glob(".partial-*"))
