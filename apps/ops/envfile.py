@@ -80,18 +80,19 @@ def parse_env_file(text: str) -> dict[str, str]:
     value: list[str] = []
     key_ws: int | None = None
     value_ws: int | None = None
-    line = 1
+    line = 1  # counted by "\n" alone: a CRLF line is one line, as an editor shows it
+    key_line = 1
 
     def push() -> None:
         name = "".join(key[:key_ws] if key_ws is not None else key)
-        pairs.append((line, name, "".join(value)))
+        pairs.append((key_line, name, "".join(value)))
 
     for c in text:
         if state == "pre_key":
             if c in COMMENTS:
                 state = "comment"
             elif c not in WHITESPACE:
-                state, key, key_ws = "key", [c], None
+                state, key, key_ws, key_line = "key", [c], None, line
             elif c == "\n":
                 line += 1
         elif state == "key":
@@ -108,7 +109,7 @@ def parse_env_file(text: str) -> dict[str, str]:
         elif state == "pre_value":
             if c in NEWLINE:
                 push()
-                state, line = "pre_key", line + 1
+                state, line = "pre_key", line + (c == "\n")
             elif c == "'":
                 state = "single"
             elif c == '"':
@@ -123,7 +124,7 @@ def parse_env_file(text: str) -> dict[str, str]:
                 if value_ws is not None:
                     del value[value_ws:]
                 push()
-                state, line = "pre_key", line + 1
+                state, line = "pre_key", line + (c == "\n")
             elif c == "\\":
                 state, value_ws = "value_escape", None
             else:
@@ -137,12 +138,13 @@ def parse_env_file(text: str) -> dict[str, str]:
             if c not in NEWLINE:
                 value.append(c)
             else:
-                line += 1
+                line += c == "\n"
         elif state == "single":
             if c == "'":
                 state = "pre_value"
             else:
                 value.append(c)
+                line += c == "\n"
         elif state == "double":
             if c == '"':
                 state = "pre_value"
@@ -150,6 +152,7 @@ def parse_env_file(text: str) -> dict[str, str]:
                 state = "double_escape"
             else:
                 value.append(c)
+                line += c == "\n"
         elif state == "double_escape":
             state = "double"
             if c in DOUBLE_QUOTE_ESCAPED:
@@ -162,9 +165,10 @@ def parse_env_file(text: str) -> dict[str, str]:
             if c == "\\":
                 state = "comment_escape"
             elif c in NEWLINE:
-                state, line = "pre_key", line + 1
+                state, line = "pre_key", line + (c == "\n")
         elif state == "comment_escape":
             state = "comment"
+            line += c == "\n"
     if state == "key":
         raise EnvFileError(f"line {line}: expected KEY=VALUE")
     if state in ("single", "double", "double_escape"):

@@ -147,3 +147,15 @@ def test_install_refuses_a_line_break_naming_the_key_and_writes_nothing(tmp_path
     assert "DJANGO_SECRET_KEY: a value cannot hold a line break" in result.stderr
     assert "evil" not in result.stderr
     assert not (root / "etc/platform/platform.env").exists()
+
+
+@pytest.mark.parametrize("text", [
+    "A=1\r\nB='2'\r\n# note\r\n1C=3\r\n",  # saved on Windows: CRLF
+    "A=1\n# a comment \\\nthat goes on\n1C=3\n",  # a comment continued by its backslash
+    'B="one\\\ntwo"\n\n1C=3\n',  # a value continued by its backslash inside quotes
+])
+def test_a_refusal_names_the_line_an_editor_shows(text):
+    with pytest.raises(EnvFileError, match="^line 4: '1C' is not a variable name"):
+        parse_env_file(text)
+    with pytest.raises(EnvFileError, match="^line 2: B: a value cannot hold a line break"):
+        parse_env_file("A=1\r\nB='one\ntwo'\r\n")  # the line its key is on
