@@ -56,6 +56,16 @@ def _installed(package: str) -> str | None:
         return None
 
 
+def _same_release(accepted: str | None, found: str) -> bool:
+    """``==`` as PEP 440 compares (5.8 is 5.8.0); the exact text for what is not a version."""
+    if accepted is None:
+        return False
+    try:
+        return Version(accepted) == Version(found)
+    except InvalidVersion:
+        return accepted == found
+
+
 def versions_check(*, accept: Iterable[str] = (),
                    installed: Callable[[str], str | None] = _installed) -> list[str]:
     """Raise UntestedRelease for any package outside its verified range unless ``accept``
@@ -66,7 +76,12 @@ def versions_check(*, accept: Iterable[str] = (),
         if not sep or not name or not release:
             raise UntestedRelease(
                 f"PLATFORM_ACCEPT_UNTESTED takes name==version items, got {item!r}")
-        accepted[canonicalize_name(name)] = release.strip()
+        name = canonicalize_name(name.strip())
+        if name not in {canonicalize_name(package) for package in VERIFIED}:
+            raise UntestedRelease(
+                f"PLATFORM_ACCEPT_UNTESTED: {name!r} is not one of the packages the platform "
+                f"checks ({', '.join(VERIFIED)})")
+        accepted[name] = release.strip()
     problems: list[str] = []
     waived: list[str] = []
     for package, verified in VERIFIED.items():
@@ -80,7 +95,7 @@ def versions_check(*, accept: Iterable[str] = (),
             ok = False
         if ok:
             continue
-        if accepted.get(canonicalize_name(package)) == found:
+        if _same_release(accepted.get(canonicalize_name(package)), found):
             waived.append(f"{package}=={found}")
             continue
         problems.append(f"{package} {found} is outside the releases this platform was "

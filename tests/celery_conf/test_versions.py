@@ -55,3 +55,19 @@ def test_every_process_refuses_at_start_up_with_the_reason():
                          "DJANGO_SETTINGS_MODULE": "config.settings.development"})
     assert result.returncode != 0
     assert "PLATFORM_ACCEPT_UNTESTED takes name==version items" in result.stderr
+
+
+@pytest.mark.parametrize("item", ["celery == 5.8.0", "Celery==5.8", "celery==5.8.0.0",
+                                  "celery==5.8.0rc1"])
+def test_an_acceptance_matches_the_release_as_pep_440_compares_it(item: str):
+    # Spaces around ==, a shorter spelling of the same release: the operator named it, so it
+    # is accepted (it was refused with "name the exact release", which they had done).
+    installed = {**LOCKED, "celery": "5.8.0rc1" if "rc" in item else "5.8.0"}
+    assert versions_check(accept=[item], installed=installed.get) == [
+        f"celery=={installed['celery']}"]
+
+
+def test_an_acceptance_naming_no_checked_package_is_refused_naming_it():
+    # A typo accepted nothing and the refusal blamed the release instead of the typo.
+    with pytest.raises(UntestedRelease, match="'celey' is not one of the packages"):
+        versions_check(accept=["celey==5.8.0"], installed={**LOCKED, "celery": "5.8.0"}.get)
