@@ -111,9 +111,11 @@ def redis_target(*, url: str, sentinels: list[str], master: str, password: str,
     hosts = []
     for item in sentinels:
         host, _, port = item.rpartition(":")
-        if host.startswith("[") and host.endswith("]"):
+        bracketed = host.startswith("[") and host.endswith("]")
+        if bracketed:
             host = host[1:-1]  # an IPv6 address, written [::1]:26379 as in a URL
-        if (not host or "[" in host or "]" in host or not port.isdigit()
+        if (not host or "[" in host or "]" in host or (":" in host and not bracketed)
+                or not port.isdigit()
                 or not 0 < int(port) < 65536):
             raise ImproperlyConfigured(
                 f"REDIS_SENTINELS must be host:port,host:port,... ([v6addr]:port for IPv6), "

@@ -99,6 +99,10 @@ def test_passwords_stay_out_of_repr():
     ({"db": -1}, "REDIS_DB must be between 0 and 15"),
     ({"db": 99}, "REDIS_DB must be between 0 and 15"),
     ({"sentinels": ["[::1:26379"]}, "REDIS_SENTINELS must be host:port"),
+    # An IPv6 address without brackets: its last group was taken for the port
+    # ("2001:db8::5" became host "2001:db8:", port 5), refused only by the first connection.
+    ({"sentinels": ["2001:db8::5"]}, "REDIS_SENTINELS must be host:port"),
+    ({"sentinels": ["::1:26379"]}, "REDIS_SENTINELS must be host:port"),
 ])
 def test_bad_redis_settings_are_refused(changes, message):
     with pytest.raises(ImproperlyConfigured, match=message):
