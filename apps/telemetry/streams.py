@@ -45,37 +45,59 @@ async def telemetry_stream_endpoint(request: StreamRequest) -> AsyncIterator[byt
     remaining = request.loop_ends_at - asyncio.get_running_loop().time()
     _open["streams"] += 1
     _open_per_user[user_id] = _open_per_user.get(user_id, 0) + 1
-    return _watched(request, rate=rate, max_seconds=max(
-        0.0, min(settings.TELEMETRY_STREAM_MAX_S, remaining)))
+    return _Held(user_id, _watched(request, rate=rate, max_seconds=max(
+        0.0, min(settings.TELEMETRY_STREAM_MAX_S, remaining))))
+
+
+class _Held:
+    """The stream with its place against both caps, given back once, when the stream front
+    closes it (it closes every stream it was given, ended, failed or never started: an async
+    generator closed before its first step runs no ``finally`` of its own)."""
+
+    def __init__(self, user_id: int, stream: AsyncIterator[bytes]) -> None:
+        self._user_id = user_id
+        self._stream = stream
+        self._held = True
+
+    def __aiter__(self) -> _Held:
+        return self
+
+    async def __anext__(self) -> bytes:
+        return await self._stream.__anext__()
+
+    async def aclose(self) -> None:
+        try:
+            await self._stream.aclose()  # type: ignore[attr-defined]
+        finally:
+            if self._held:
+                self._held = False
+                _open["streams"] -= 1
+                left = _open_per_user.get(self._user_id, 1) - 1
+                if left > 0:
+                    _open_per_user[self._user_id] = left
+                else:
+                    _open_per_user.pop(self._user_id, None)
 
 
 async def _watched(request: StreamRequest, *, rate: float, max_seconds: float
                    ) -> AsyncIterator[bytes]:
-    """The stream, counted against the cap, ending with its session.
+    """The stream, ending with its session (its place against the caps: ``_Held``).
 
     Samples never touch the bus or Redis (adr/0010); the stream only listens on the worker's
     existing subscription for its session's end (adr/0019, amendment), like an event stream.
     """
-    try:
-        async with session_watch(user_id=request.user.id,
-                                 session=session_hash(request.user.session_key),
-                                 since=request.loop_auth_started) as watch:
-            if watch is None:  # the bus is unreachable: no end would be heard, so end sooner
-                max_seconds = min(max_seconds, settings.TELEMETRY_UNWATCHED_MAX_S)
-            stream = telemetry_stream(rate_hz=rate, max_seconds=max_seconds,
-                                      retry_ms=settings.TELEMETRY_RETRY_MS, watch=watch)
-            try:
-                async for chunk in stream:
-                    yield chunk
-            finally:
-                await stream.aclose()  # type: ignore[attr-defined]
-    finally:
-        _open["streams"] -= 1
-        left = _open_per_user.get(request.user.id, 1) - 1
-        if left > 0:
-            _open_per_user[request.user.id] = left
-        else:
-            _open_per_user.pop(request.user.id, None)
+    async with session_watch(user_id=request.user.id,
+                             session=session_hash(request.user.session_key),
+                             since=request.loop_auth_started) as watch:
+        if watch is None:  # the bus is unreachable: no end would be heard, so end sooner
+            max_seconds = min(max_seconds, settings.TELEMETRY_UNWATCHED_MAX_S)
+        stream = telemetry_stream(rate_hz=rate, max_seconds=max_seconds,
+                                  retry_ms=settings.TELEMETRY_RETRY_MS, watch=watch)
+        try:
+            async for chunk in stream:
+                yield chunk
+        finally:
+            await stream.aclose()  # type: ignore[attr-defined]
 
 
 def telemetry_streams_open() -> int:
