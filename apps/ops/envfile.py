@@ -224,9 +224,16 @@ def env_file_load(*, root: Path, environ: MutableMapping[str, str] = os.environ)
     return path
 
 
-# Names the shell tools never take from a file: they change how the tools themselves run.
+# Names the shell tools never take from a file: they change how the tools themselves run,
+# what they run (SYSTEM_PYTHON ran as root for every later step of an upgrade) or where they
+# write (the layout, the release being switched, the arguments they were given).
 SHELL_RESERVED = re.compile(
-    r"(PATH|IFS|ENV|BASH_ENV|BASHOPTS|SHELLOPTS|PS4|CDPATH|GLOBIGNORE|HOME|LD_\w*|PYTHON\w*)")
+    r"(PATH|IFS|ENV|BASH_ENV|BASHOPTS|SHELLOPTS|PS4|CDPATH|GLOBIGNORE|HOME|LD_\w*|PYTHON\w*"
+    r"|SYSTEM_PYTHON|PLATFORM_PYTHON|PLATFORM_ROOT|PLATFORM_PREFIX|PLATFORM_USER|ENVFILE_TOOL"
+    r"|VENV|PREFIX|APP_DIR|ETC_DIR|DATA_DIR|UNIT_DIR|ENV_FILE|MANAGE_WRAPPER|RESTART_ORDER"
+    r"|JOIN_FILE|JOIN_KEYS|CERT_ARG|KEY_ARG|HOSTNAME_ARG|CHECK_ARGS|CHECK_DIR|FINISH"
+    r"|CURRENT|PREVIOUS|PENDING|OLD|NEW|VERSION|ALL_ROLES|KNOWN_ROLES|LOCK_PYTHON"
+    r"|COMPAT_PREVIOUS)")
 
 
 def main(argv: list[str]) -> int:

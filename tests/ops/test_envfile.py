@@ -159,3 +159,26 @@ def test_a_refusal_names_the_line_an_editor_shows(text):
         parse_env_file(text)
     with pytest.raises(EnvFileError, match="^line 2: B: a value cannot hold a line break"):
         parse_env_file("A=1\r\nB='one\ntwo'\r\n")  # the line its key is on
+
+
+@pytest.mark.parametrize("name", ["SYSTEM_PYTHON", "APP_DIR", "ENV_FILE", "PLATFORM_USER"])
+def test_a_file_cannot_set_what_the_tools_run_or_write_to(tmp_path, name):
+    # The installed file's keys were exported into the tools' own shell: SYSTEM_PYTHON there
+    # was the program upgrade then ran as root (secret, the venv, every later file read),
+    # APP_DIR where it switched releases.
+    canary = tmp_path / "ran"
+    program = tmp_path / "python3"
+    program.write_text(f"#!/bin/sh\ntouch {canary}\n")
+    program.chmod(0o755)
+    root = tmp_path / "root"
+    script = ('set -euo pipefail; . platform/lib.sh; . platform/release.sh; '
+              'release_layout "$ROOT_DIR"; PLATFORM_USER=root; mkdir -p "$ETC_DIR/tls"; '
+              'ensure_env_file box.example; echo "$NAME=$VALUE" >> "$ENV_FILE"; '
+              'env_file_load_installed; secret 8')
+    result = subprocess.run(
+        ["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60,
+        env={"PATH": os.environ["PATH"], "ROOT_DIR": str(root), "PLATFORM_ROLES": "web,data",
+             "NAME": name, "VALUE": str(program)})
+    assert result.returncode == 1, result.stdout
+    assert f"{name} is not a platform setting" in result.stderr
+    assert not canary.exists()
