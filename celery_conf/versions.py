@@ -73,7 +73,10 @@ def versions_check(*, accept: Iterable[str] = (),
     accepted: dict[str, str] = {}
     for item in accept:
         name, sep, release = item.strip().partition("==")
-        if not sep or not name or not release:
+        release = release.strip()
+        # One release, nothing after it (a ";" or a space for the comma between items).
+        if not sep or not name.strip() or not release or any(
+                c in release for c in "=;, \t"):
             raise UntestedRelease(
                 f"PLATFORM_ACCEPT_UNTESTED takes name==version items, got {item!r}")
         name = canonicalize_name(name.strip())
@@ -81,7 +84,7 @@ def versions_check(*, accept: Iterable[str] = (),
             raise UntestedRelease(
                 f"PLATFORM_ACCEPT_UNTESTED: {name!r} is not one of the packages the platform "
                 f"checks ({', '.join(VERIFIED)})")
-        accepted[name] = release.strip()
+        accepted[name] = release
     problems: list[str] = []
     waived: list[str] = []
     for package, verified in VERIFIED.items():

@@ -45,6 +45,12 @@ def test_the_operator_may_accept_one_exact_release():
         versions_check(accept=["celery==5.8.1"], installed=installed.get)
     with pytest.raises(UntestedRelease, match="name==version"):
         versions_check(accept=["celery>=5.8"], installed=installed.get)
+    # Another separator than the comma: read as one release "5.8.0;kombu==5.8.0" and
+    # refused as "outside the releases", as if the release had not been named.
+    for item in ("celery==5.8.0;kombu==5.8.0", "celery==5.8.0 kombu==5.8.0",
+                 "celery===5.8.0"):
+        with pytest.raises(UntestedRelease, match="name==version"):
+            versions_check(accept=[item], installed=installed.get)
 
 
 def test_every_process_refuses_at_start_up_with_the_reason():
