@@ -203,6 +203,8 @@ def env_file_read(path: Path) -> dict[str, str]:
             "platform's user may read it (use sudo)") from None
     except UnicodeDecodeError:
         raise EnvFileError(f"{path}: not UTF-8 text") from None
+    except OSError as exc:  # a directory, a dangling link, an I/O error
+        raise EnvFileError(f"{path}: cannot read it: {exc.strerror}") from None
     try:
         return parse_env_file(text)
     except EnvFileError as exc:

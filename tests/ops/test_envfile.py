@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -182,3 +183,19 @@ def test_a_file_cannot_set_what_the_tools_run_or_write_to(tmp_path, name):
     assert result.returncode == 1, result.stdout
     assert f"{name} is not a platform setting" in result.stderr
     assert not canary.exists()
+
+
+@pytest.mark.parametrize("kind", ["directory", "not utf-8", "bad line"])
+def test_manage_py_names_a_file_it_cannot_read_and_stops(tmp_path, kind):
+    # PLATFORM_ENV_FILE naming a directory ended manage.py in a traceback (IsADirectoryError).
+    path = tmp_path / "platform.env"
+    if kind == "directory":
+        path.mkdir()
+    else:
+        path.write_bytes(b"A=\xff\n" if kind == "not utf-8" else b"A=1\n1B=2\n")
+    result = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60,
+                            env={"PATH": os.environ["PATH"], "PLATFORM_ENV_FILE": str(path)})
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"manage.py: {path}"), result.stderr
+    assert "Traceback" not in result.stderr
