@@ -260,6 +260,8 @@ READYZ_MAX_QUEUE_AGE_S = env_int("READYZ_MAX_QUEUE_AGE_S", 600)
 # newest BACKUP_KEEP are kept so the disk cannot fill (about 2x data size x BACKUP_KEEP).
 BACKUP_DIR = Path(env_str("BACKUP_DIR", str(VAR_DIR / "backups")))
 BACKUP_KEEP = env_int("BACKUP_KEEP", 7)
+if BACKUP_KEEP < 1:  # 0 is not "keep them all": each backup would remove every other one
+    raise ImproperlyConfigured(f"BACKUP_KEEP must be at least 1, got {BACKUP_KEEP}")
 # PostgreSQL's client programs as the OS packages install them, one directory per major
 # version (<root>/<major>/bin/pg_dump): backups use the one matching the server's version.
 POSTGRES_CLIENT_ROOT = Path(env_str("POSTGRES_CLIENT_ROOT", "/usr/lib/postgresql"))

@@ -221,3 +221,15 @@ def test_backups_at_once_each_publish_one_and_the_newest_keep_remain(box):
     kept = sorted((base / "backups").glob("backup-*"))
     assert kept == sorted(taken)[-2:]
     assert not list((base / "backups").glob(".partial-*"))
+
+
+@pytest.mark.parametrize("keep", ["0", "-1"])
+def test_a_keep_below_one_is_refused_at_start_up(keep):
+    # "0 keeps them all" is a common reading; here it made every backup delete all the
+    # others before it published itself: one backup left, whatever was there.
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=ROOT, capture_output=True, text=True,
+        timeout=60, env={"PATH": "/usr/bin:/bin", "BACKUP_KEEP": keep,
+                         "DJANGO_SETTINGS_MODULE": "config.settings.development"})
+    assert result.returncode != 0
+    assert f"BACKUP_KEEP must be at least 1, got {keep}" in result.stderr
