@@ -94,7 +94,7 @@ install_if_changed() {
   install -m "$mode" -o "$owner" -g "$group" "$src" "$dest"
 }
 
-secret() { "$SYSTEM_PYTHON" -c "import secrets; print(secrets.token_urlsafe($1))"; }
+secret() { "$SYSTEM_PYTHON" -c 'import secrets, sys; print(secrets.token_urlsafe(int(sys.argv[1])))' "$1"; }
 
 # The values an app host takes from the data host's platform.env (platform/install --join):
 # the shared secret key, the database, Redis by URL or by Sentinel, and the server's major
