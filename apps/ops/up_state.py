@@ -68,12 +68,17 @@ def typed_path(path: Path) -> str:
         return str(path)
 
 
+def url_host(host: str | None) -> str:
+    """A host as a URL writes it: an IPv6 address in brackets."""
+    return f"[{host}]" if host and ":" in host else str(host)
+
+
 def redis_where(v: dict[str, str]) -> str:
     if v.get("REDIS_SENTINELS"):
         return (f"sentinels {v['REDIS_SENTINELS']} (group {v.get('REDIS_SENTINEL_MASTER', '')};"
                 " passwords in var/dev.env)")
     url = urlsplit(v.get("REDIS_URL", ""))
-    return f"{url.hostname}:{url.port}{url.path} (password in var/dev.env or REDIS_URL)"
+    return f"{url_host(url.hostname)}:{url.port}{url.path} (password in var/dev.env or REDIS_URL)"
 
 
 def banner(var_dir: Path) -> str:
@@ -82,7 +87,7 @@ def banner(var_dir: Path) -> str:
     supervisorctl = typed_path(Path(v["VENV"]) / "bin" / "supervisorctl")
     prefix = "" if os.path.abspath(var_dir) == str(ROOT / "var") else f"PLATFORM_VAR_DIR={var_dir} "
     flower_user, _, flower_password = v.get("FLOWER_BASIC_AUTH", "").partition(":")
-    web = f"http://{v['WEB_HOST']}:{v['WEB_PORT']}"
+    web = f"http://{url_host(v['WEB_HOST'])}:{v['WEB_PORT']}"
     local = f"http://127.0.0.1:{v['WEB_PORT']}"
     rows = [
         ("Roles", f"{v['PLATFORM_ROLES']} on {v['PLATFORM_HOST_NAME']}"),

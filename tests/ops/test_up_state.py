@@ -41,3 +41,15 @@ def test_nothing_answering_on_the_socket_is_not_running(tmp_path):
     write_start_files(tmp_path / "var", venv="/opt/elsewhere/venv")
     (tmp_path / "var" / "supervisor.sock").write_text("")  # a stale file, nobody listening
     assert up_state.report(tmp_path / "var") == up_state.NOT_RUNNING
+
+
+def test_ipv6_addresses_are_printed_in_brackets(tmp_path):
+    # http://::1:7002/ is no address a browser or curl takes; ::1:7001/0 reads as port 7001
+    # or as part of the address.
+    var = tmp_path / "var"
+    write_start_files(var, venv="/opt/elsewhere/venv")
+    text = (var / "platform.env").read_text().replace("WEB_HOST=127.0.0.1", "WEB_HOST=::1")
+    (var / "platform.env").write_text(text.replace("@127.0.0.1:7001", "@[::1]:7001"))
+    banner = up_state.banner(var)
+    assert "http://[::1]:7002/         log in as dev" in banner
+    assert " [::1]:7001/0 (password" in banner
