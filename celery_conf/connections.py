@@ -87,10 +87,15 @@ class RedisTarget:
     def describe(self) -> str:
         """Where it points, without passwords: for ``manage.py status`` and logs."""
         if self.sentinel:
-            hosts = ",".join(f"{h}:{p}" for h, p in self.sentinels)
+            hosts = ",".join(f"{_url_host(h)}:{p}" for h, p in self.sentinels)
             return f"sentinel {self.master}@{hosts}/{self.db}" + (" tls" if self.tls else "")
         parts = urlsplit(self.url)
-        return f"{parts.scheme}://{parts.hostname}:{parts.port}{parts.path}"
+        return f"{parts.scheme}://{_url_host(parts.hostname)}:{parts.port}{parts.path}"
+
+
+def _url_host(host: str | None) -> str:
+    """A host as a URL writes it: an IPv6 address in brackets."""
+    return f"[{host}]" if host and ":" in host else str(host)
 
 
 def redis_target(*, url: str, sentinels: list[str], master: str, password: str,

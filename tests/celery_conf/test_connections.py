@@ -207,3 +207,11 @@ def test_ipv6_sentinels_are_bracketed_in_kombus_urls():
     target = redis_target(**{**SENTINEL, "sentinels": ["[::1]:26379", "10.0.0.2:26380"]})
     assert broker_url(target) == ("sentinel://:data-pass@[::1]:26379/0;"
                                   "sentinel://:data-pass@10.0.0.2:26380/0")
+
+
+def test_ipv6_addresses_are_described_in_brackets():
+    # `manage.py status` printed "sentinel platform@::1:26379" and "redis://::1:6390/0".
+    target = redis_target(**{**SENTINEL, "sentinels": ["[::1]:26379", "10.0.0.2:26380"]})
+    assert target.describe() == "sentinel platform@[::1]:26379,10.0.0.2:26380/0"
+    single = redis_target(**{**SENTINEL, "sentinels": [], "url": "redis://:pw@[::1]:6390/0"})
+    assert single.describe() == "redis://[::1]:6390/0"
