@@ -80,3 +80,12 @@ def test_every_job_the_help_lists_runs_by_hand(make_stack):
             continue
         done = stack.manage("run_periodic_job", job, "--wait", "60")
         assert "done on w1" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("wait", ["nan", "-1"])
+def test_a_wait_that_is_no_length_of_time_is_refused_before_anything_is_queued(wait):
+    # --wait nan passed the check, queued the run, then ended "no finished run within nan s".
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match="--wait must be"):
+        call_command("run_periodic_job", "no.such.job", "--wait", wait)

@@ -25,7 +25,7 @@ class Command(BaseCommand):
                             help="wait up to this long for the run to finish and print it")
 
     def handle(self, *args: Any, job: str, wait: float, **options: Any) -> None:
-        if wait < 0:
+        if not wait >= 0:  # also nan, which compares false with everything
             raise CommandError("--wait must be zero or more seconds")
         if wait and job in JOBS and job not in TASKS:
             # Nothing was queued: --wait follows the reports' run records (reports_jobrun).
