@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from scheduler.fence import JournalEntry
@@ -153,6 +153,13 @@ def _overlaps(spans: list[Op]) -> list[str]:
     return found
 
 
+def db_time(value: object) -> datetime:
+    """A timestamp read from either engine (a datetime, or SQLite-style naive UTC text) as an
+    aware UTC datetime."""
+    when = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
 class Database(Protocol):
     def query(self, sql: str, *params: Any) -> list[Any]: ...
 
@@ -169,8 +176,7 @@ def documents_history(db: Database, history: History, ids: list[int]) -> None:
     for doc, worker, outcome, started in db.query(
             f"SELECT document_id, worker, outcome, started_at FROM documents_documentrun "
             f"WHERE document_id IN ({marks}) ORDER BY id", *ids):
-        at = started.timestamp() if isinstance(started, datetime) else 0.0
-        history.add("started", doc, host=worker, at=at)
+        history.add("started", doc, host=worker, at=db_time(started).timestamp())
         if outcome in ("done", "failed"):
             history.add(outcome, doc, host=worker)
         elif outcome == "superseded":
@@ -188,8 +194,7 @@ def slots_history(db: Database, history: History, *, jobs: list[str]) -> None:
     for job, slot, fired_by in db.query(
             f"SELECT job, slot, fired_by FROM reports_jobrun WHERE kind = 'scheduled' "
             f"AND job IN ({marks}) ORDER BY slot", *jobs):
-        when = slot if isinstance(slot, datetime) else datetime.fromisoformat(str(slot))
-        history.add("ran", f"{job}|{when.isoformat()}", host=fired_by)
+        history.add("ran", f"{job}|{db_time(slot).isoformat()}", host=fired_by)
 
 
 def journal_history(entries: list[JournalEntry], history: History, *,

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import signal
 import subprocess
 import time
@@ -35,6 +36,8 @@ PREFIX = "pn"
 SWITCH = "switch"
 BACK_BLOCK, FRONT_BLOCK = "198.18", "198.19"
 LOCK_FILE = Path("/tmp/platform-netns.lock")
+# The root namespace's ends: pn<k>r (to the switch), pn<k>f<i> (host i's front link).
+ROOT_LINK = re.compile(rf"^{PREFIX}(\d+)(?:r|f\d+)[@ ]")
 
 
 def ip(*args: str, check: bool = True) -> str:
@@ -84,12 +87,18 @@ def clean_leftovers() -> list[str]:
 
 
 def _used_numbers() -> set[int]:
+    """Numbers of live networks: their namespaces, and their links in the root namespace (a
+    deleted namespace's veths can outlive it a while: the kernel frees it asynchronously)."""
     used = set()
     for name in namespaces():
         if name.startswith(PREFIX) and "x" in name:
             number = name.split("x", 1)[1].split("-", 1)[0]
             if number.isdigit():
                 used.add(int(number))
+    for line in ip("-br", "link").splitlines():
+        match = ROOT_LINK.match(line)
+        if match:
+            used.add(int(match.group(1)))
     return used
 
 
@@ -135,6 +144,7 @@ class Network:
         host = NetHost(name=name, netns=netns, index=index,
                        back=f"{BACK_BLOCK}.{self.number}.{index + 1}", port=port)
         ip("netns", "add", netns)
+        self.hosts[name] = host  # close() removes it from here on, half-built or not
         ip("-n", netns, "link", "set", "lo", "up")
         ip("-n", netns, "link", "add", "back", "type", "veth", "peer", "name", port,
            "netns", self.switch)
@@ -150,7 +160,6 @@ class Network:
             ip("link", "set", root_if, "up")
             ip("-n", netns, "addr", "add", f"{host.front}/30", "dev", "front")
             ip("-n", netns, "link", "set", "front", "up")
-        self.hosts[name] = host
         return host
 
     def cut(self, name: str) -> None:
@@ -162,7 +171,11 @@ class Network:
 
     def close(self) -> None:
         """Every process in every namespace killed, every namespace deleted (the veths and
-        the root namespace's ends go with them)."""
+        the root namespace's ends deleted first: a veth pair goes with either end at once)."""
+        for line in ip("-br", "link").splitlines():
+            match = ROOT_LINK.match(line)
+            if match and int(match.group(1)) == self.number:
+                ip("link", "del", line.split()[0].split("@")[0], check=False)
         for host in self.hosts.values():
             kill_namespace(host.netns)
         kill_namespace(self.switch)
