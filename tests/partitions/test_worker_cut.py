@@ -18,7 +18,7 @@ from datetime import datetime
 
 import pytest
 
-from tests.documents.tally import all_finished, sample_text
+from tests.documents.tally import sample_text
 from tests.history import History, check, db_time, documents_history
 from tests.partitions.conftest import Apart
 from tests.procs import Proc, Web, wait_until
@@ -70,7 +70,15 @@ def test_a_worker_host_cut_mid_document_loses_nothing_and_keeps_one_result(
     cut_docs = wait_until(on_b, timeout=30, interval=0.1, what="hostB runs two documents")
     cut_at = time.time()
     apart.net.cut("hostB")
-    # hostC takes them over while the cut lasts (heartbeat TTL + one recovery pass).
+    # The leading beat (hostC) hands them on once hostB's heartbeat key expires: the
+    # generation counts up (heartbeat TTL + at most one recovery pass).
+    marks = ",".join("?" * len(cut_docs))
+    wait_until(lambda: apart.data.query(
+        f"SELECT COUNT(*) FROM documents_document WHERE generation > 0 AND id IN ({marks})",
+        *cut_docs)[0][0] == len(cut_docs), timeout=cut_s + 20, interval=0.05,
+        what="the recovery hands hostB's documents on")
+    handed_on_s = time.time() - cut_at
+    # hostC starts them as soon as a slot of its own is free.
     handed_on = wait_until(
         lambda: all(any(d == doc and w.endswith("@hostC") for d, w, _, _ in runs_of(apart, ids))
                     for doc in cut_docs) and runs_of(apart, ids),
@@ -81,8 +89,9 @@ def test_a_worker_host_cut_mid_document_loses_nothing_and_keeps_one_result(
         time.sleep(0.1)  # the cut lasts its stated time: the scenario, not a wait
     apart.net.heal("hostB")
     healed_at = time.time()
-    wait_until(lambda: all_finished(apart.data, ids), timeout=90, interval=0.2,
+    wait_until(lambda: finished(apart, ids), timeout=90, interval=0.2,
                what="every document finished")
+    finished_s = time.time() - healed_at
     # hostB's late runs end too (dropped by the fence), not left running forever.
     wait_until(lambda: not [r for r in runs_of(apart, ids) if r[2] == "running"],
                timeout=90, interval=0.2, what="hostB's late runs end")
@@ -96,5 +105,28 @@ def test_a_worker_host_cut_mid_document_loses_nothing_and_keeps_one_result(
     late = [(d, o) for d, w, o, _ in runs_of(apart, ids) if d in cut_docs
             and w.endswith("@hostB")]
     measure(cut_s=cut_s, documents=DOCS, cut_mid_run=len(cut_docs),
-            taken_over_after_s=round(taken_over_s, 1), late_runs=dict(late),
-            settled_after_heal_s=round(settled_s, 1), **verdict.counts())
+            handed_on_after_s=round(handed_on_s, 1),
+            started_again_after_s=round(taken_over_s, 1), late_runs=dict(late),
+            all_done_after_heal_s=round(finished_s, 1),
+            late_runs_ended_after_heal_s=round(settled_s, 1), timeline=timeline(apart, ids, cut_at),
+            **verdict.counts())
+
+
+def finished(apart: Apart, ids: list[int]) -> bool:
+    """Every document done or failed (tests/documents/tally.py's ``all_finished`` re-runs
+    each document's processing to count its facts: a long document's whole work time)."""
+    marks = ",".join("?" * len(ids))
+    return apart.data.query(
+        f"SELECT COUNT(*) FROM documents_document WHERE state IN ('done', 'failed') "
+        f"AND id IN ({marks})", *ids)[0][0] == len(ids)
+
+
+def timeline(apart: Apart, ids: list[int], since: float) -> list[str]:
+    """Each run: document, node, outcome, start and end in seconds from ``since``."""
+    marks = ",".join("?" * len(ids))
+    rows = apart.data.query(
+        f"SELECT document_id, worker, outcome, started_at, finished_at "
+        f"FROM documents_documentrun WHERE document_id IN ({marks}) ORDER BY id", *ids)
+    return [f"{r[0]} {r[1]} {r[2]} {db_time(r[3]).timestamp() - since:+.1f}.."
+            f"{(db_time(r[4]).timestamp() - since) if r[4] else float('nan'):+.1f}"
+            for r in rows]
