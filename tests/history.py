@@ -14,7 +14,9 @@ its own record of the answers it got. ``check`` counts and names every violation
   row is (only when the history says rows were read: ``kept`` ops);
 - *fired twice* and *missed*: a slot published more than once, a grid slot between a job's
   first and last slot that was neither published nor run;
-- *two owners*: two holders' ownership spans of one resource overlapping.
+- *two owners*: two holders' ownership spans of one resource overlapping;
+- *stale publish*: a slot published by a holder after another holder's election (the spans
+  start at elections: the publisher must be the latest elected before the publish).
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class Verdict:
     fired_twice: list[str] = field(default_factory=list)
     missed: list[str] = field(default_factory=list)
     two_owners: list[str] = field(default_factory=list)
+    stale_publish: list[str] = field(default_factory=list)
     dropped: int = 0  # late results the fence turned away (not a violation: the mechanism)
 
     @property
@@ -77,7 +80,8 @@ class Verdict:
         named = {"lost": self.lost, "stuck": self.stuck, "doubled": self.doubled,
                  "effects_twice": self.effects_twice, "ack_not_kept": self.ack_not_kept,
                  "refused_but_kept": self.refused_but_kept, "fired_twice": self.fired_twice,
-                 "missed": self.missed, "two_owners": self.two_owners}
+                 "missed": self.missed, "two_owners": self.two_owners,
+                 "stale_publish": self.stale_publish}
         return {name: keys for name, keys in named.items() if keys}
 
     def counts(self) -> dict[str, int]:
@@ -88,7 +92,7 @@ class Verdict:
                     ("effects_twice", self.effects_twice), ("ack_not_kept", self.ack_not_kept),
                     ("refused_but_kept", self.refused_but_kept),
                     ("fired_twice", self.fired_twice), ("missed", self.missed),
-                    ("two_owners", self.two_owners))}}
+                    ("two_owners", self.two_owners), ("stale_publish", self.stale_publish))}}
 
     def assert_ok(self) -> None:
         assert not self.violations, f"history violated: {self.violations}; {self.counts()}"
@@ -120,7 +124,19 @@ def check(history: History, *, every: dict[str, float] | None = None) -> Verdict
     v.fired_twice = sorted(k for k, n in fired.items() if n > 1)
     v.missed = _missed(set(fired) | set(ran), every or {})
     v.two_owners = _overlaps(history.of("owned"))
+    v.stale_publish = _stale(history.of("fired"), history.of("owned"))
     return v
+
+
+def _stale(fires: list[Op], spans: list[Op]) -> list[str]:
+    """Publishes by anyone but the latest holder elected before them."""
+    elections = sorted((op.at, op.host) for op in spans)
+    stale = []
+    for fire in fires:
+        before = [host for at, host in elections if at <= fire.at]
+        if before and before[-1] != fire.host:
+            stale.append(f"{fire.key} by {fire.host} after {before[-1]} was elected")
+    return stale
 
 
 def _missed(slots_seen: set[str], every: dict[str, float]) -> list[str]:

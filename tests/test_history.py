@@ -46,9 +46,12 @@ def test_a_clean_history_passes() -> None:
     ("a 202 whose row is gone", lambda h: (h.add("acked", "7"), h.add("done", "7")),
      "ack_not_kept"),
     ("a refused request kept", lambda h: h.add("kept", "request-3"), "refused_but_kept"),
-    ("a slot published twice", lambda h: h.add("fired", SLOT.format(2), host="beat-b"),
+    ("a slot published twice",
+     lambda h: h.add("fired", SLOT.format(2), host="beat-b", at=15.0),
      "fired_twice"),
     ("a slot skipped", lambda h: h.add("fired", SLOT.format(5), host="beat-a"), "missed"),
+    ("a publish after a newer election",
+     lambda h: h.add("fired", SLOT.format(3), host="beat-a", at=12.0), "stale_publish"),
     ("two owners at once",
      lambda h: h.add("owned", "beat lease", host="beat-c", at=9.0, end=11.0), "two_owners"),
 ])
