@@ -83,6 +83,11 @@ def worker_cut(apart: Apart, web: Web, workers: dict[str, Proc], *,
     wait_until(lambda: not [r for r in runs_of(apart, ids) if r[2] == "running"],
                timeout=90, interval=0.2, what="hostB's late runs end")
     settled_s = time.time() - healed_at
+    # hostB's worker rejoins: its heartbeat key is back (the recovery counts it alive).
+    client = apart.data.redis.client()
+    wait_until(lambda: client.exists("platform:worker:worker1@hostB"), timeout=60,
+               interval=0.1, what="hostB's worker heartbeats again after the heal")
+    rejoined_s = time.time() - healed_at
 
     documents_history(apart.data, history, ids)
     verdict = check(history)
@@ -94,6 +99,7 @@ def worker_cut(apart: Apart, web: Web, workers: dict[str, Proc], *,
         "started_again_after_s": round(taken_over_s, 1), "late_runs": dict(late),
         "all_done_after_heal_s": round(finished_s, 1),
         "late_runs_ended_after_heal_s": round(settled_s, 1),
+        "heartbeat_back_after_heal_s": round(rejoined_s, 1),
         "hostB_worker_alive": workers["hostB"].alive(),
         "timeline": timeline(apart, ids, cut_at), **verdict.counts()}
 
