@@ -76,6 +76,11 @@ def worker_cut(apart: Apart, web: Web, workers: dict[str, Proc], *,
         time.sleep(0.1)  # the cut lasts its stated time: the scenario, not a wait
     apart.net.heal("hostB")
     healed_at = time.time()
+    # hostB's worker rejoins: its heartbeat key is back (the recovery counts it alive).
+    client = apart.data.redis.client()
+    wait_until(lambda: client.exists("platform:worker:worker1@hostB"), timeout=60,
+               interval=0.1, what="hostB's worker heartbeats again after the heal")
+    rejoined_s = time.time() - healed_at
     wait_until(lambda: finished(apart, ids), timeout=90, interval=0.2,
                what="every document finished")
     finished_s = time.time() - healed_at
@@ -83,11 +88,6 @@ def worker_cut(apart: Apart, web: Web, workers: dict[str, Proc], *,
     wait_until(lambda: not [r for r in runs_of(apart, ids) if r[2] == "running"],
                timeout=90, interval=0.2, what="hostB's late runs end")
     settled_s = time.time() - healed_at
-    # hostB's worker rejoins: its heartbeat key is back (the recovery counts it alive).
-    client = apart.data.redis.client()
-    wait_until(lambda: client.exists("platform:worker:worker1@hostB"), timeout=60,
-               interval=0.1, what="hostB's worker heartbeats again after the heal")
-    rejoined_s = time.time() - healed_at
 
     documents_history(apart.data, history, ids)
     verdict = check(history)
