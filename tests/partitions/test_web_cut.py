@@ -66,6 +66,10 @@ def test_a_web_host_cut_from_the_data_host_answers_503_keeps_nothing_then_serves
     apart.net.cut("hostB")
     cut_at = time.monotonic()
     answers = [submit(client, f"web-cut during {i}", history) for i in range(DURING)]
+    # The load balancer's check says so too: not ready while the data host is out of reach.
+    began = time.monotonic()
+    ready = requests.get(web.base + "/readyz", timeout=ANSWER_WITHIN_S).status_code
+    readyz_s = time.monotonic() - began
     held_s = time.monotonic() - cut_at
     apart.net.heal("hostB")
     healed_at = time.monotonic()
@@ -82,12 +86,14 @@ def test_a_web_host_cut_from_the_data_host_answers_503_keeps_nothing_then_serves
     statuses = [status for status, _ in answers]
     # Every request during the cut answered, 503, within the client's patience.
     assert statuses == [503] * DURING, statuses
+    assert ready == 503, ready
     verdict_counts = verdict.counts()
     assert not verdict.ack_not_kept and not verdict.refused_but_kept, verdict.violations
     # Refused after the heal (retries of ``serves`` while reconnecting) is fine; lost is not.
     assert not verdict.lost or set(verdict.lost) <= kept, verdict.lost
     measure(during_cut=DURING, answered_503=statuses.count(503),
-            answer_s=[round(t, 1) for _, t in answers], cut_held_s=round(held_s, 1),
+            answer_s=[round(t, 1) for _, t in answers], readyz=ready,
+            readyz_s=round(readyz_s, 1), cut_held_s=round(held_s, 1),
             serving_again_after_heal_s=round(serving_after_s, 1),
             kept_of_refused=len(verdict.refused_but_kept),
             acked_not_kept=len(verdict.ack_not_kept), acknowledged=verdict_counts["acknowledged"])
