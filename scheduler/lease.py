@@ -91,6 +91,29 @@ class Lease:
         """True while this process may still publish as the leader."""
         return self.remaining() > self.timeout * SAFETY_FRACTION
 
+    @property
+    def max_clock_offset(self) -> float:
+        """How far this host's clock may be from Redis's for this beat to take the lock: the
+        slack the lease already keeps (``SAFETY_FRACTION`` of the timeout, 0.5 s at 5 s). A
+        clock ahead by more stretches the lock past the holder's death by the difference (the
+        handover bound no longer holds); one behind by more than a call's timeout has every
+        write refused as late (it can never lead, silently). Measured in adr/0044."""
+        return self.timeout * SAFETY_FRACTION
+
+    def clock_offset(self) -> tuple[float, float]:
+        """(this host's clock minus Redis's ``TIME``, the round trip), seconds: the offset is
+        known to within half the round trip."""
+        before = time.time()
+        seconds, micros = self.client.time()
+        after = time.time()
+        return (before + after) / 2 - (int(seconds) + int(micros) / 1e6), after - before
+
+    def clock_beyond_bound(self) -> float | None:
+        """The offset, if it is certainly beyond ``max_clock_offset`` (whatever the round
+        trip hides); None otherwise."""
+        offset, round_trip = self.clock_offset()
+        return offset if abs(offset) - round_trip / 2 > self.max_clock_offset else None
+
     def try_acquire(self) -> bool:
         started, sent = time.monotonic(), time.time()
         taken, held_ms = self._acquire(
