@@ -26,6 +26,8 @@ from typing import Any
 
 import redis
 
+from celery_conf.connections import clock_beyond
+
 from .fence import (
     ACQUIRE,
     JOURNAL_MAX,
@@ -100,19 +102,10 @@ class Lease:
         write refused as late (it can never lead, silently). Measured in adr/0044."""
         return self.timeout * SAFETY_FRACTION
 
-    def clock_offset(self) -> tuple[float, float]:
-        """(this host's clock minus Redis's ``TIME``, the round trip), seconds: the offset is
-        known to within half the round trip."""
-        before = time.time()
-        seconds, micros = self.client.time()
-        after = time.time()
-        return (before + after) / 2 - (int(seconds) + int(micros) / 1e6), after - before
-
     def clock_beyond_bound(self) -> float | None:
-        """The offset, if it is certainly beyond ``max_clock_offset`` (whatever the round
-        trip hides); None otherwise."""
-        offset, round_trip = self.clock_offset()
-        return offset if abs(offset) - round_trip / 2 > self.max_clock_offset else None
+        """This host's clock offset from Redis's, if it is certainly beyond
+        ``max_clock_offset``; None otherwise."""
+        return clock_beyond(self.client, self.max_clock_offset)
 
     def try_acquire(self) -> bool:
         started, sent = time.monotonic(), time.time()

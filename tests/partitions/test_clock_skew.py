@@ -96,3 +96,24 @@ def test_a_beat_with_a_skewed_clock_refuses_to_lead_and_no_slot_is_doubled_or_mi
     measure(offset=offset, refused_after_s=round(refused_after_s, 1),
             leaders={"hostC": 1, "hostB (skewed)": 0}, error=line.split("] ", 1)[-1],
             slots_published=len(history.of("fired")), **verdict.counts())
+
+
+WORKER_REFUSED = "a worker runs only within"
+
+
+@pytest.mark.parametrize("offset", ["-30s", "+30s"])
+def test_a_worker_with_a_skewed_clock_refuses_to_run(plain: Apart, offset: str,
+                                                     measure) -> None:
+    """Measured before the check: a worker 30 s ahead dropped every periodic message it took
+    as expired (their expiry is stamped by the beat's clock; 37 slots published, none run by
+    it); one 30 s behind ran them. Now both stop at start-up, with the fix in the log."""
+    b = plain.hosts["hostB"]
+    worker = b.start_worker("ahead" if offset.startswith("+") else "behind", **skewed(offset))
+    started = time.monotonic()
+    wait_until(lambda: not worker.alive(), timeout=60, interval=0.2,
+               what="the skewed worker stops")
+    stopped_after_s = time.monotonic() - started
+    line = next((x for x in worker.log().splitlines() if WORKER_REFUSED in x), None)
+    assert line is not None, worker.log()[-3000:]
+    measure(offset=offset, stopped_after_s=round(stopped_after_s, 1),
+            error=line.split("] ", 1)[-1])
