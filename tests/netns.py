@@ -9,6 +9,9 @@ The topology of one ``Network`` (k is its number, chosen free on this machine):
   data host's Redis and PostgreSQL to inspect them.
 - a *front* link per app host, straight from the root namespace (the clients' side, as a load
   balancer reaches web hosts): 198.19.k.(4i+1) here, 198.19.k.(4i+2) on the host.
+- optionally a second switch, the *db* segment (198.19.(128+k).N/24, interface ``db``): the
+  data host's PostgreSQL listens there, so one host's link to the database alone can be cut
+  (``cut(name, segment="db")``) while it still reaches Redis.
 
 A cut is ``ip link set DEV down`` on the host's switch port: the host's own interface stays up
 (its routes stay, its packets vanish), as when a cable or a switch port fails; ``heal`` sets
@@ -35,9 +38,12 @@ from pathlib import Path
 PREFIX = "pn"
 SWITCH = "switch"
 BACK_BLOCK, FRONT_BLOCK = "198.18", "198.19"
+DB_THIRD_OCTET = 128  # the db segment of network k is 198.19.(128 + k).0/24
+NUMBERS = range(10, 120)  # k: below 128, so the front and db blocks never meet
 LOCK_FILE = Path("/tmp/platform-netns.lock")
-# The root namespace's ends: pn<k>r (to the switch), pn<k>f<i> (host i's front link).
-ROOT_LINK = re.compile(rf"^{PREFIX}(\d+)(?:r|f\d+)[@ ]")
+# The root namespace's ends: pn<k>r (to the switch), pn<k>d (to the db segment's), pn<k>f<i>
+# (host i's front link).
+ROOT_LINK = re.compile(rf"^{PREFIX}(\d+)(?:r|d|f\d+)[@ ]")
 
 
 def ip(*args: str, check: bool = True) -> str:
@@ -110,6 +116,7 @@ class NetHost:
     back: str
     port: str  # its port on the switch (the interface a cut sets down)
     front: str | None = None  # its address on the clients' side, app hosts only
+    db: str | None = None  # its address on the db segment, when the network has one
 
 
 @dataclass
@@ -118,6 +125,7 @@ class Network:
 
     number: int
     hosts: dict[str, NetHost] = field(default_factory=dict)
+    db_segment: bool = False
 
     @property
     def switch(self) -> str:
@@ -127,15 +135,22 @@ class Network:
     def root_back(self) -> str:
         return f"{BACK_BLOCK}.{self.number}.1"
 
+    def db_address(self, index: int) -> str:
+        return f"{FRONT_BLOCK}.{DB_THIRD_OCTET + self.number}.{index + 1}"
+
     def _build_switch(self) -> None:
         ip("netns", "add", self.switch)
-        ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
-        ip("-n", self.switch, "link", "set", "br0", "up")
-        root_if = f"{PREFIX}{self.number}r"
-        ip("link", "add", root_if, "type", "veth", "peer", "name", "root", "netns", self.switch)
-        ip("-n", self.switch, "link", "set", "root", "master", "br0", "up")
-        ip("addr", "add", f"{self.root_back}/24", "dev", root_if)
-        ip("link", "set", root_if, "up")
+        bridges = [("br0", "root", f"{PREFIX}{self.number}r", self.root_back)]
+        if self.db_segment:
+            bridges.append(("br1", "rootdb", f"{PREFIX}{self.number}d", self.db_address(0)))
+        for bridge, port, root_if, address in bridges:
+            ip("-n", self.switch, "link", "add", bridge, "type", "bridge")
+            ip("-n", self.switch, "link", "set", bridge, "up")
+            ip("link", "add", root_if, "type", "veth", "peer", "name", port,
+               "netns", self.switch)
+            ip("-n", self.switch, "link", "set", port, "master", bridge, "up")
+            ip("addr", "add", f"{address}/24", "dev", root_if)
+            ip("link", "set", root_if, "up")
 
     def add_host(self, name: str, *, front: bool) -> NetHost:
         index = len(self.hosts) + 1
@@ -151,6 +166,13 @@ class Network:
         ip("-n", self.switch, "link", "set", port, "master", "br0", "up")
         ip("-n", netns, "addr", "add", f"{host.back}/24", "dev", "back")
         ip("-n", netns, "link", "set", "back", "up")
+        if self.db_segment:
+            host.db = self.db_address(index)
+            ip("-n", netns, "link", "add", "db", "type", "veth", "peer", "name", f"d{index}",
+               "netns", self.switch)
+            ip("-n", self.switch, "link", "set", f"d{index}", "master", "br1", "up")
+            ip("-n", netns, "addr", "add", f"{host.db}/24", "dev", "db")
+            ip("-n", netns, "link", "set", "db", "up")
         if front:
             root_if = f"{PREFIX}{self.number}f{index}"
             here = f"{FRONT_BLOCK}.{self.number}.{4 * index + 1}"
@@ -162,12 +184,20 @@ class Network:
             ip("-n", netns, "link", "set", "front", "up")
         return host
 
-    def cut(self, name: str) -> None:
-        """The host's switch port down: nothing passes between it and the other hosts."""
-        ip("-n", self.switch, "link", "set", self.hosts[name].port, "down")
+    def _port(self, name: str, segment: str) -> str:
+        if segment == "db":
+            if not self.db_segment:
+                raise ValueError("this network has no db segment")
+            return f"d{self.hosts[name].index}"
+        return self.hosts[name].port
 
-    def heal(self, name: str) -> None:
-        ip("-n", self.switch, "link", "set", self.hosts[name].port, "up")
+    def cut(self, name: str, segment: str = "back") -> None:
+        """The host's switch port down: nothing passes between it and the other hosts (on
+        the db segment: between it and PostgreSQL only)."""
+        ip("-n", self.switch, "link", "set", self._port(name, segment), "down")
+
+    def heal(self, name: str, segment: str = "back") -> None:
+        ip("-n", self.switch, "link", "set", self._port(name, segment), "up")
 
     def close(self) -> None:
         """Every process in every namespace killed, every namespace deleted (the veths and
@@ -181,15 +211,15 @@ class Network:
         kill_namespace(self.switch)
 
 
-def build_network(hosts: dict[str, bool]) -> Network:
+def build_network(hosts: dict[str, bool], *, db_segment: bool = False) -> Network:
     """A switch and one namespace per host (``{name: has a front link}``)."""
     clean_leftovers()
     LOCK_FILE.touch(exist_ok=True)
     with open(LOCK_FILE) as lock:  # xdist workers build networks side by side
         fcntl.flock(lock, fcntl.LOCK_EX)
         used = _used_numbers()
-        number = next(n for n in range(10, 250) if n not in used)
-        network = Network(number=number)
+        number = next(n for n in NUMBERS if n not in used)
+        network = Network(number=number, db_segment=db_segment)
         try:
             network._build_switch()
         except BaseException:

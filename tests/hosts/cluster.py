@@ -96,6 +96,7 @@ class DataHost:
     tls_dir: Path | None = None
     migrate: bool = True  # False: an empty database (platform/up migrates it itself)
     netns: str | None = None  # its own network namespace (tests/netns.py), else loopback
+    db_address: str | None = None  # PostgreSQL's own address (a db segment), else ``address``
     redis: HostRedis = field(init=False)
     postgres: PostgresServer = field(init=False)
     database_url: str = field(init=False)
@@ -110,8 +111,8 @@ class DataHost:
             tls_env = {"POSTGRES_TLS_CERT": str(self.tls_dir / "data.pem"),
                        "POSTGRES_TLS_KEY": str(self.tls_dir / "data.key"),
                        "POSTGRES_TLS_ONLY": "yes"}
-        self.postgres = _postgres(self.base_dir / "log", host=self.address, env=tls_env,
-                                  netns=self.netns)
+        self.postgres = _postgres(self.base_dir / "log", host=self.db_address or self.address,
+                                  env=tls_env, netns=self.netns)
         name = "platform"
         self.postgres.create_database(name)
         self.database_url = self.postgres.url(name) + self._sslparams()

@@ -36,6 +36,8 @@ class Apart:
         try:
             for host in self.hosts.values():
                 self.net.heal(host.name)  # a clean stop needs the data host
+                if self.net.db_segment:
+                    self.net.heal(host.name, "db")
             for host in self.hosts.values():
                 host.kill_all()
             self.data.stop()
@@ -46,17 +48,21 @@ class Apart:
         return "\n".join(host.logs() for host in self.hosts.values())
 
 
-def start_apart(base_dir: Path, *, tls: bool = True, **env: str) -> Apart:
+def start_apart(base_dir: Path, *, tls: bool = True, db_segment: bool = False,
+                **env: str) -> Apart:
     """The network and the data host; app hosts ready to start processes. ``tls=False``
     only where TLS would hide what is tested (a host whose clock lags refuses a certificate
-    made seconds ago as "not yet valid")."""
-    net = build_network({"data": False, **dict.fromkeys(APP_HOSTS, True)})
+    made seconds ago as "not yet valid"). ``db_segment``: PostgreSQL on a segment of its
+    own, so one host's link to it alone can be cut (tests/netns.py)."""
+    net = build_network({"data": False, **dict.fromkeys(APP_HOSTS, True)},
+                        db_segment=db_segment)
     try:
         data_ns = net.hosts["data"]
-        certs = (make_certs(base_dir / "certs", name="data", addresses=[data_ns.back])
+        addresses = [data_ns.back] + ([data_ns.db] if data_ns.db else [])
+        certs = (make_certs(base_dir / "certs", name="data", addresses=addresses)
                  if tls else None)
         data = DataHost(base_dir / "data", address=data_ns.back, tls_dir=certs,
-                        netns=data_ns.netns)
+                        netns=data_ns.netns, db_address=data_ns.db)
         fronts = ",".join(h.front or "" for h in net.hosts.values() if h.front)
         hosts = {
             name: app_host(data, base_dir, name=name, address=net.hosts[name].back,
