@@ -74,6 +74,10 @@ class Verdict:
     two_owners: list[str] = field(default_factory=list)
     stale_publish: list[str] = field(default_factory=list)
     dropped: int = 0  # late results the fence turned away (not a violation: the mechanism)
+    # Slots published that no run record covers: their messages expired unrun (a job's
+    # missed policy allows it; not a violation, but counted: a worker whose clock ran ahead
+    # of the beat's dropped every one it took, adr/0044).
+    unrun: list[str] = field(default_factory=list)
 
     @property
     def violations(self) -> dict[str, list[str]]:
@@ -86,7 +90,7 @@ class Verdict:
 
     def counts(self) -> dict[str, int]:
         return {"acknowledged": self.acknowledged, "refused": self.refused, "done": self.done,
-                "dropped": self.dropped,
+                "dropped": self.dropped, "unrun": len(self.unrun),
                 **{name: len(keys) for name, keys in (
                     ("lost", self.lost), ("stuck", self.stuck), ("doubled", self.doubled),
                     ("effects_twice", self.effects_twice), ("ack_not_kept", self.ack_not_kept),
@@ -123,6 +127,8 @@ def check(history: History, *, every: dict[str, float] | None = None) -> Verdict
     fired = Counter(op.key for op in history.of("fired"))
     v.fired_twice = sorted(k for k, n in fired.items() if n > 1)
     v.missed = _missed(set(fired) | set(ran), every or {})
+    if ran:
+        v.unrun = sorted(set(fired) - set(ran))
     v.two_owners = _overlaps(history.of("owned"))
     v.stale_publish = _stale(history.of("fired"), history.of("owned"))
     return v

@@ -95,3 +95,11 @@ def test_the_journal_gives_publishes_and_lease_spans() -> None:
 def test_an_unknown_kind_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown operation kind"):
         Op("finished", "1")
+
+
+def test_a_slot_published_and_never_run_is_counted_not_failed() -> None:
+    history = clean()
+    history.add("fired", SLOT.format(3), host="beat-b", at=15.0)  # expired unrun
+    verdict = check(history, every={"reports.usage_rollup": 1})
+    verdict.assert_ok()
+    assert verdict.unrun == [SLOT.format(3)] and verdict.counts()["unrun"] == 1
