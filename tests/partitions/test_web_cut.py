@@ -21,7 +21,7 @@ from tests.procs import Client, Web, wait_until
 
 pytestmark = [pytest.mark.processes, pytest.mark.partitions]
 
-DURING = 4  # submits during the cut, one after another
+DURING = 2  # submits during the cut, one after another (10 s each)
 ANSWER_WITHIN_S = 30.0  # the client's own timeout: an answer slower than this is a hang
 
 
