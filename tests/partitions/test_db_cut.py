@@ -66,7 +66,7 @@ def test_postgresql_cut_from_a_worker_mid_commit_the_document_is_done_once_after
         time.sleep(0.5)
     apart.net.heal("hostB", "db")
     healed_at = time.time()
-    wait_until(lambda: finished(apart, [doc]), timeout=120, interval=0.2,
+    wait_until(lambda: finished(apart.data, [doc]), timeout=120, interval=0.2,
                what="the document finished after the heal")
     done_after_s = time.time() - healed_at
     documents_history(apart.data, history, [doc])

@@ -142,8 +142,7 @@ def test_the_sentinel_primarys_host_cut_off_fails_over_and_loses_no_acknowledged
     c.start_beat()
     b.start_beat()
     for host, worker in zip((b, c), workers, strict=True):
-        wait_until(lambda w=worker: " ready." in w.log(), timeout=90, what="worker ready")
-        assert worker.alive(), host.logs()
+        host.wait_worker(worker, group.data.redis.client())
     c.wait_web(web)
     session = web.session()
     history = History()
@@ -204,7 +203,7 @@ def test_the_sentinel_primarys_host_cut_off_fails_over_and_loses_no_acknowledged
     rejoined_s = time.time() - healed_at
     for j in range(i, i + 3):
         submit(j)
-    wait_until(lambda: finished(group_db(group), acked), timeout=90, interval=0.5,
+    wait_until(lambda: finished(group.data, acked), timeout=90, interval=0.5,
                what="every acknowledged document done")
     done_s = time.time() - healed_at
     documents_history(group.data, history, acked)
@@ -216,13 +215,3 @@ def test_the_sentinel_primarys_host_cut_off_fails_over_and_loses_no_acknowledged
             all_done_after_heal_s=round(done_s, 1), **verdict.counts())
     verdict.assert_ok()
     assert d.back != group.primary()
-
-
-class _Db:
-    def __init__(self, data: DataHost) -> None:
-        self.data = data
-
-
-def group_db(group: Group):  # type: ignore[no-untyped-def]
-    """``finished`` takes something with ``.data.query``."""
-    return _Db(group.data)

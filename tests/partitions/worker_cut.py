@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from tests.documents.tally import sample_text
-from tests.history import History, Verdict, check, db_time, documents_history
+from tests.history import Database, History, Verdict, check, db_time, documents_history
 from tests.partitions.conftest import Apart
 from tests.procs import Proc, Web, wait_until
 
@@ -81,7 +81,7 @@ def worker_cut(apart: Apart, web: Web, workers: dict[str, Proc], *,
     wait_until(lambda: client.exists("platform:worker:worker1@hostB"), timeout=60,
                interval=0.1, what="hostB's worker heartbeats again after the heal")
     rejoined_s = time.time() - healed_at
-    wait_until(lambda: finished(apart, ids), timeout=90, interval=0.2,
+    wait_until(lambda: finished(apart.data, ids), timeout=90, interval=0.2,
                what="every document finished")
     finished_s = time.time() - healed_at
     # hostB's late runs end too (dropped by the fence), not left running forever.
@@ -104,11 +104,11 @@ def worker_cut(apart: Apart, web: Web, workers: dict[str, Proc], *,
         "timeline": timeline(apart, ids, cut_at), **verdict.counts()}
 
 
-def finished(apart: Apart, ids: list[int]) -> bool:
+def finished(db: Database, ids: list[int]) -> bool:
     """Every document done or failed (tests/documents/tally.py's ``all_finished`` re-runs
     each document's processing to count its facts: a long document's whole work time)."""
     marks = ",".join("?" * len(ids))
-    return apart.data.query(
+    return db.query(
         f"SELECT COUNT(*) FROM documents_document WHERE state IN ('done', 'failed') "
         f"AND id IN ({marks})", *ids)[0][0] == len(ids)
 
