@@ -12,6 +12,7 @@ never holds a list of Redis servers of its own (adr/0025).
 from __future__ import annotations
 
 import ssl
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -177,6 +178,23 @@ def sync_client(target: RedisTarget, *, timeout: float = COMMAND_TIMEOUT_S,
                         password=target.password or None, db=target.db,
                         **kwargs, **_tls_kwargs(target))
     return sentinel.master_for(target.master)
+
+
+def clock_offset(client: redis.Redis) -> tuple[float, float]:
+    """(this host's wall clock minus Redis's ``TIME``, the round trip), seconds: the offset
+    is known to within half the round trip. Beats and workers compare clocks through it
+    (adr/0044): Redis's clock is the one every fence and expiry is judged by."""
+    before = time.time()
+    seconds, micros = client.time()
+    after = time.time()
+    return (before + after) / 2 - (int(seconds) + int(micros) / 1e6), after - before
+
+
+def clock_beyond(client: redis.Redis, bound: float) -> float | None:
+    """The clock offset if it is certainly (whatever the round trip hides) beyond ``bound``;
+    None otherwise."""
+    offset, round_trip = clock_offset(client)
+    return offset if abs(offset) - round_trip / 2 > bound else None
 
 
 @cache

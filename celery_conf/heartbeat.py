@@ -32,11 +32,17 @@ from celery.signals import worker_process_init, worker_shutdown
 from celery.worker import state as worker_state
 from redis.exceptions import RedisError
 
-from .connections import COMMAND_TIMEOUT_S, RedisTarget, sync_client
+from .connections import COMMAND_TIMEOUT_S, RedisTarget, clock_beyond, sync_client
 
 logger = logging.getLogger(__name__)
 
 HEARTBEAT_KEY_PREFIX = "platform:worker:"
+# How far a worker's clock may be from Redis's before it refuses to run (adr/0044). A beat
+# stamps each periodic message with an expiry by its clock (at least 5 s after the publish,
+# scheduler/jobs.py); a worker ahead by more drops the message as expired, unrun: measured,
+# a worker 30 s ahead dropped every slot it took. A fifth of that minimum, as the beat keeps
+# a tenth of its lock. NTP keeps hosts within milliseconds.
+MAX_CLOCK_OFFSET_S = 1.0
 
 # Set in every pool process as it starts (Celery's worker_process_init): a task then knows its
 # worker's main process is its parent. Solo and thread pools run tasks in the main process.
@@ -90,6 +96,7 @@ class WorkerHeartbeat(bootsteps.StartStopStep):
     def start(self, c: Any) -> None:
         if self.thread is None:  # a consumer restart (reconnect) calls start again
             self.hostname = c.hostname
+            self._check_clock(c)
             self.beat(c)
             self.thread = threading.Thread(target=self._run, args=(c,), daemon=True,
                                            name="worker-heartbeat")
@@ -132,6 +139,23 @@ class WorkerHeartbeat(bootsteps.StartStopStep):
             return
         self._check_same_name(c, previous)
         self.written_at = now
+
+    def _check_clock(self, c: Any) -> None:
+        """Refuse to run (warm shutdown, as for a taken name) on a clock certainly more than
+        MAX_CLOCK_OFFSET_S from Redis's; its restarts keep refusing, with the fix in the log."""
+        try:
+            offset = clock_beyond(self.client, MAX_CLOCK_OFFSET_S)
+        except RedisError as exc:
+            logger.warning("could not compare this host's clock with Redis's: %s", exc)
+            return
+        if offset is None:
+            return
+        self.stopping = True
+        logger.error(
+            "this host's clock is %.1f s %s Redis's; a worker runs only within %.1f s of it "
+            "(periodic messages would expire unrun, adr/0044): stopping %s. Fix the clock (NTP)",
+            abs(offset), "ahead of" if offset > 0 else "behind", MAX_CLOCK_OFFSET_S, c.hostname)
+        os.kill(os.getpid(), signal.SIGTERM)
 
     def _check_same_name(self, c: Any, previous: bytes | str | None) -> None:
         """Two live workers under one node name (hosts cloned with one host name) overwrite

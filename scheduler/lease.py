@@ -26,6 +26,8 @@ from typing import Any
 
 import redis
 
+from celery_conf.connections import clock_beyond
+
 from .fence import (
     ACQUIRE,
     JOURNAL_MAX,
@@ -90,6 +92,20 @@ class Lease:
     def valid(self) -> bool:
         """True while this process may still publish as the leader."""
         return self.remaining() > self.timeout * SAFETY_FRACTION
+
+    @property
+    def max_clock_offset(self) -> float:
+        """How far this host's clock may be from Redis's for this beat to take the lock: the
+        slack the lease already keeps (``SAFETY_FRACTION`` of the timeout, 0.5 s at 5 s). A
+        clock ahead by more stretches the lock past the holder's death by the difference (the
+        handover bound no longer holds); one behind by more than a call's timeout has every
+        write refused as late (it can never lead, silently). Measured in adr/0044."""
+        return self.timeout * SAFETY_FRACTION
+
+    def clock_beyond_bound(self) -> float | None:
+        """This host's clock offset from Redis's, if it is certainly beyond
+        ``max_clock_offset``; None otherwise."""
+        return clock_beyond(self.client, self.max_clock_offset)
 
     def try_acquire(self) -> bool:
         started, sent = time.monotonic(), time.time()

@@ -58,6 +58,8 @@ logger = logging.getLogger("celery.beat")
 # A standby that knows when the holder's lock ends polls this long after it (and never more
 # often than this): the key has expired by then even with a millisecond of clock rounding.
 POLL_AT_EXPIRY_S = 0.02
+# A standby refusing the lock for its clock says so at most this often.
+CLOCK_LOG_EVERY_S = 60.0
 
 
 class LeaseLost(Exception):
@@ -176,6 +178,7 @@ class FencedRedBeatScheduler(RedBeatScheduler):
         self.identity = beat_identity(app.conf.get("platform_host_name"))
         self._lease: Lease | None = None
         self._installed = False
+        self._clock_logged_at = -math.inf
         self.duties = LeaderDuties(app.conf.get("platform_leader_duties") or (),
                                    interval=float(self.max_interval),
                                    leading=lambda: self._lease is not None and self._lease.valid())
@@ -210,6 +213,9 @@ class FencedRedBeatScheduler(RedBeatScheduler):
                 return self._renewal_failed(exc)
             return self._install_once()
         try:
+            if (offset := lease.clock_beyond_bound()) is not None:
+                self._clock_refused(offset)
+                return False
             if not lease.try_acquire():
                 return False
         except CALL_ERRORS as exc:
@@ -220,6 +226,17 @@ class FencedRedBeatScheduler(RedBeatScheduler):
                     lease.token, self.election_key, lease.timeout, self.max_interval)
         self.duties.start()
         return self._install_once()
+
+    def _clock_refused(self, offset: float) -> None:
+        """A standby whose clock is off stays a standby, and says why (once a minute)."""
+        now = time.monotonic()
+        if now - self._clock_logged_at < CLOCK_LOG_EVERY_S:
+            return
+        self._clock_logged_at = now
+        logger.error(
+            "beat: this host's clock is %.1f s %s Redis's; a beat takes the lock only within "
+            "%.1f s of it (adr/0044): not leading until the clock is fixed (NTP)",
+            abs(offset), "ahead of" if offset > 0 else "behind", self.lease.max_clock_offset)
 
     def _next_poll(self) -> float:
         """A standby polls once per loop interval, but no later than the holder's lock ends:

@@ -49,8 +49,9 @@ class PostgresServer:
     """One PostgreSQL cluster on ``host`` and a free port; killable, restartable."""
 
     def __init__(self, log_dir: Path, *, host: str = "127.0.0.1", port: int | None = None,
-                 password: str | None = None) -> None:
+                 password: str | None = None, netns: str | None = None) -> None:
         self.host = host
+        self.netns = netns  # the network namespace it runs in (tests/netns.py)
         self.port = port or free_port_on(host)
         self.user = APP_USER
         self.password = password or secrets.token_urlsafe(16)
@@ -91,7 +92,7 @@ class PostgresServer:
         self.starts += 1
         self.proc = spawn(f"postgres-{self.host}-{self.starts}",
                           [str(SCRIPT), "run", str(self.dir), self.host, str(self.port)],
-                          env=dict(os.environ), log_dir=self.log_dir)
+                          env=dict(os.environ), log_dir=self.log_dir, netns=self.netns)
 
         def answers() -> bool:
             if not self.proc or not self.proc.alive():

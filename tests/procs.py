@@ -101,7 +101,12 @@ class Proc:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
-def spawn(name: str, argv: list[str], *, env: dict[str, str], log_dir: Path) -> Proc:
+def spawn(name: str, argv: list[str], *, env: dict[str, str], log_dir: Path,
+          netns: str | None = None) -> Proc:
+    """``argv`` in its own session; inside network namespace ``netns`` when given (a host
+    of tests/netns.py: ``ip netns exec`` execs the command, so the pid is the command's)."""
+    if netns is not None:
+        argv = ["ip", "netns", "exec", netns, *argv]
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}.log"
     with open(log_path, "ab") as log:
@@ -162,6 +167,7 @@ class RedisServer:
         self.overrides = overrides or {}
         self.proc: Proc | None = None
         self.starts = 0
+        self.netns: str | None = None  # the network namespace it runs in (tests/netns.py)
 
     @property
     def url(self) -> str:
@@ -181,7 +187,7 @@ class RedisServer:
         conf.write_text("\n".join(lines) + "\n")
         self.starts += 1
         self.proc = spawn(f"{self.name}-{self.starts}", ["redis-server", str(conf)],
-                          env=dict(os.environ), log_dir=self.log_dir)
+                          env=dict(os.environ), log_dir=self.log_dir, netns=self.netns)
         client = self.client()
         wait_until(lambda: client.ping() and client.info("persistence")["loading"] == 0,
                    timeout=30, what="redis-server answers PING")

@@ -22,5 +22,9 @@ class DocumentFailed(Exception):
 class ClaimSuperseded(Reject):
     """This copy's run lost the document's claim to a later run; its result was dropped."""
 
-    def __init__(self, reason: str) -> None:
+    # ``requeue`` is accepted only so the exception unpickles: a prefork pool process sends
+    # it to the worker's main process pickled, rebuilt as ``cls(*args)`` = (reason, False).
+    # Without it the main process died of a TypeError on every dropped late result (found
+    # by tests/partitions/test_worker_cut.py: a worker host healed after a cut).
+    def __init__(self, reason: str, requeue: bool = False) -> None:
         super().__init__(reason, requeue=False)

@@ -126,9 +126,18 @@ DATABASE_WEB_POOL_SIZE = env_int("DATABASE_WEB_POOL_SIZE", 4)
 DATABASE_POOL_TIMEOUT_S = env_float("DATABASE_POOL_TIMEOUT_S", 10.0)
 # A pooled connection idle this long is closed: a quiet web process holds none.
 DATABASE_POOL_MAX_IDLE_S = env_float("DATABASE_POOL_MAX_IDLE_S", 60.0)
+# How long a PostgreSQL connection may leave data it sent unacknowledged before the kernel
+# drops it (libpq's ``tcp_user_timeout``, https://www.postgresql.org/docs/current/libpq-connect.html).
+# Across hosts a cut link otherwise holds a query on an established connection for the
+# kernel's retransmissions, about 15 minutes: measured, a request on a web host cut from the
+# data host hung past its client's 30 s (tests/partitions/test_web_cut.py, adr/0044). Not a
+# query timeout: a long query's packets are acknowledged while it runs. 0 turns it off.
+DATABASE_TCP_USER_TIMEOUT_S = env_float("DATABASE_TCP_USER_TIMEOUT_S", 10.0)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     options = DATABASES["default"].setdefault("OPTIONS", {})
     options["application_name"] = f"platform-{PROCESS_KIND}"
+    if DATABASE_TCP_USER_TIMEOUT_S > 0:
+        options["tcp_user_timeout"] = int(DATABASE_TCP_USER_TIMEOUT_S * 1000)
     if PROCESS_KIND == "web" and DATABASE_WEB_POOL_SIZE > 0:
         # Only the web: a Celery prefork pool process runs one task at a time and Celery
         # closes its connection (and any pool) after each task; beat, Flower and commands

@@ -26,6 +26,8 @@ from tests.pgserver import PostgresServer
 from tests.procs import BIN, QUEUES, ROOT, Proc, RedisServer, Web, child_env, spawn, wait_until
 
 DATA_ADDRESS = "127.0.0.2"
+# The platform's ports, used on hosts in namespaces of their own (platform/up's defaults).
+REDIS_PORT, POSTGRES_PORT, WEB_PORT = 6390, 5432, 8000
 CERTS = ROOT / "platform" / "certs"
 
 
@@ -51,7 +53,7 @@ class HostRedis(RedisServer):
         return object.__new__(cls)
 
     def __init__(self, base_dir: Path, *, address: str, tls_dir: Path | None = None,
-                 tls_name: str = "data") -> None:
+                 tls_name: str = "data", netns: str | None = None) -> None:
         self.address = address
         self.tls_dir = tls_dir
         overrides = {"bind": address}
@@ -66,7 +68,10 @@ class HostRedis(RedisServer):
             })
         super().__init__(base_dir, overrides=overrides, topology="single",
                          name=f"redis-{address}")
-        self.port = free_port_on(address)
+        # In a host's own namespace (tests/netns.py) the platform's port is free by
+        # construction; on a shared loopback any free one.
+        self.netns = netns
+        self.port = REDIS_PORT if netns is not None else free_port_on(address)
         if tls_dir is not None:
             self.overrides.update({"tls-port": str(self.port), "port": "0"})
 
@@ -90,20 +95,24 @@ class DataHost:
     address: str = DATA_ADDRESS
     tls_dir: Path | None = None
     migrate: bool = True  # False: an empty database (platform/up migrates it itself)
+    netns: str | None = None  # its own network namespace (tests/netns.py), else loopback
+    db_address: str | None = None  # PostgreSQL's own address (a db segment), else ``address``
     redis: HostRedis = field(init=False)
     postgres: PostgresServer = field(init=False)
     database_url: str = field(init=False)
 
     def __post_init__(self) -> None:
         self.base_dir.mkdir(parents=True, exist_ok=True)
-        self.redis = HostRedis(self.base_dir, address=self.address, tls_dir=self.tls_dir)
+        self.redis = HostRedis(self.base_dir, address=self.address, tls_dir=self.tls_dir,
+                               netns=self.netns)
         self.redis.start()
         tls_env = {}
         if self.tls_dir is not None:
             tls_env = {"POSTGRES_TLS_CERT": str(self.tls_dir / "data.pem"),
                        "POSTGRES_TLS_KEY": str(self.tls_dir / "data.key"),
                        "POSTGRES_TLS_ONLY": "yes"}
-        self.postgres = _postgres(self.base_dir / "log", host=self.address, env=tls_env)
+        self.postgres = _postgres(self.base_dir / "log", host=self.db_address or self.address,
+                                  env=tls_env, netns=self.netns)
         name = "platform"
         self.postgres.create_database(name)
         self.database_url = self.postgres.url(name) + self._sslparams()
@@ -148,12 +157,14 @@ class DataHost:
         self.postgres.stop()
 
 
-def _postgres(log_dir: Path, *, host: str, env: dict[str, str]) -> PostgresServer:
+def _postgres(log_dir: Path, *, host: str, env: dict[str, str],
+              netns: str | None = None) -> PostgresServer:
     """tests/pgserver.py's server, with platform/postgres's TLS variables when given."""
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # platform/postgres reads them at init and at every start
     try:
-        return PostgresServer(log_dir, host=host).start()
+        port = POSTGRES_PORT if netns is not None else None
+        return PostgresServer(log_dir, host=host, port=port, netns=netns).start()
     finally:
         for key, value in saved.items():
             if value is None:
@@ -180,6 +191,8 @@ class AppHost:
     base_dir: Path
     env: dict[str, str]
     procs: list[Proc] = field(default_factory=list)
+    netns: str | None = None  # its own network namespace (tests/netns.py), else loopback
+    front: str | None = None  # where clients reach its web (in a namespace: the front link)
 
     @property
     def log_dir(self) -> Path:
@@ -192,7 +205,7 @@ class AppHost:
         proc = spawn(f"{self.name}-{name}", [
             str(BIN / "celery"), "-A", "celery_conf", "worker", "-n", node,
             "-Q", QUEUES, "-c", str(concurrency), "--loglevel", "INFO",
-        ], env={**self.env, **env}, log_dir=self.log_dir)
+        ], env={**self.env, **env}, log_dir=self.log_dir, netns=self.netns)
         self.procs.append(proc)
         return proc
 
@@ -210,18 +223,20 @@ class AppHost:
         proc = spawn(f"{self.name}-{name}", [
             str(BIN / "celery"), "-A", "celery_conf", "beat",
             "-S", "scheduler.redbeat:FencedRedBeatScheduler", "--loglevel", "INFO",
-        ], env={**self.env, "BEAT_NAME": f"{name}.{self.name}", **env}, log_dir=self.log_dir)
+        ], env={**self.env, "BEAT_NAME": f"{name}.{self.name}", **env}, log_dir=self.log_dir,
+            netns=self.netns)
         self.procs.append(proc)
         return proc
 
     def start_web(self, *, workers: int = 1, scheme_args: tuple[str, ...] = ()) -> Web:
-        port = free_port_on(self.address)
+        address = self.front or self.address
+        port = WEB_PORT if self.netns is not None else free_port_on(address)
         proc = spawn(f"{self.name}-web", [
-            str(BIN / "uvicorn"), "config.asgi:application", "--host", self.address,
+            str(BIN / "uvicorn"), "config.asgi:application", "--host", address,
             "--port", str(port), "--workers", str(workers), "--no-access-log", *scheme_args,
-        ], env=self.env, log_dir=self.log_dir)
+        ], env=self.env, log_dir=self.log_dir, netns=self.netns)
         self.procs.append(proc)
-        return Web(proc=proc, base=f"http://{self.address}:{port}")
+        return Web(proc=proc, base=f"http://{address}:{port}")
 
     def wait_web(self, web: Web, *, workers: int = 1) -> Web:
         def up() -> bool:
@@ -247,11 +262,13 @@ class AppHost:
 
 
 def app_host(data: DataHost, base_dir: Path, *, name: str, address: str,
-             roles: str = "web,workers,beat", **env: str) -> AppHost:
+             roles: str = "web,workers,beat", netns: str | None = None,
+             front: str | None = None, **env: str) -> AppHost:
     var_dir = base_dir / name
     var_dir.mkdir(parents=True, exist_ok=True)
     return AppHost(name=name, address=address, base_dir=var_dir,
-                   env=data.app_env(var_dir, host=name, roles=roles, **env))
+                   env=data.app_env(var_dir, host=name, roles=roles, **env),
+                   netns=netns, front=front)
 
 
 def new_password() -> str:

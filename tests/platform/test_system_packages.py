@@ -12,7 +12,7 @@ from tests.procs import ROOT
 
 # Commands outside the virtual environment that the tests or the installed box run.
 COMMANDS = ("redis-server", "systemd-analyze", "systemctl", "runuser", "setpriv", "useradd",
-            "openssl", "chromium")
+            "openssl", "chromium", "ip")
 
 
 def run_lib(tmp_path: Path, script: str, **env: str) -> subprocess.CompletedProcess[str]:
