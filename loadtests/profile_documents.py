@@ -8,7 +8,8 @@ The path as loadtests/ceiling.py runs it (2 uvicorn workers, --workers Celery wo
 profile is one component's own work with nobody queueing on the database: the web workers
 while --docs documents are submitted with the Celery workers SIGSTOPped, then the Celery
 workers while they drain the queue alone. py-spy samples every process of each tree at
-250 Hz, idle threads left out, and writes loadtests/results/flame_<name>_{web,worker}.svg
+250 Hz, only threads holding the GIL (Python on a CPU, not waiting on a socket,
+the disk or a lock), and writes loadtests/results/flame_<name>_{web,worker}.svg
 plus the folded stacks (.txt), so a before/after pair can be compared by function.
 """
 
@@ -36,7 +37,7 @@ RATE_HZ = 250
 def record(pid: int, out: Path, fmt: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [str(BIN / "py-spy"), "record", "--pid", str(pid), "--subprocesses", "--rate",
-         str(RATE_HZ), "--format", fmt, "--output", str(out), "--nonblocking"],
+         str(RATE_HZ), "--gil", "--format", fmt, "--output", str(out), "--nonblocking"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

@@ -28,6 +28,7 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from redis.exceptions import RedisError
 
 from apps.events.bus import publish_event_on_commit
+from apps.transactions import unsynced_commits
 from celery_conf.liveness import run_alive, worker_heartbeat
 from celery_conf.queues import QUEUED_AT_HEADER
 
@@ -208,7 +209,11 @@ def _claim_once(
     token = uuid.uuid4()
     run = DocumentRun(document_id=document_id, task_id=task_id, worker=worker,
                       worker_pid=worker_pid, pid=pid, redelivered=redelivered)
-    with transaction.atomic():
+    # Not flushed at its commit (apps/transactions.py): a crash that loses the claim loses
+    # everything after it too (the finish commits through the same log, flushed), and puts
+    # the row back as it was before, queued or held by a dead run, which the recovery hands
+    # on; the message is acked only after the finish. One flush per document saved.
+    with unsynced_commits(), transaction.atomic():
         if not as_read.update(
                 state=State.PROCESSING, claim_token=token, starts=row["starts"] + 1,
                 processed_by=worker, retry_at=None, updated_at=now,
