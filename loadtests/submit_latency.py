@@ -47,6 +47,7 @@ def run_one(work: Path, template: Path, name: str, rate: float, seconds: float,
                               for _ in range(CLIENTS)]
         lock = threading.Lock()
         latencies: list[float] = []
+        slow: list[tuple[float, float]] = []  # (latency, when it was due)
 
         def send(n: int, due: float) -> None:
             with lock:
@@ -54,6 +55,7 @@ def run_one(work: Path, template: Path, name: str, rate: float, seconds: float,
             try:
                 client.submit(f"latency document {n} " * 20, title=f"latency {n}")
                 latencies.append(time.monotonic() - due)
+                slow.append((time.monotonic() - due, due))
             finally:
                 with lock:
                     free.append(client)
@@ -63,6 +65,7 @@ def run_one(work: Path, template: Path, name: str, rate: float, seconds: float,
         wait_until(lambda: int(stack.query(FINISHED_SQL)[0]["n"]) >= WARM_UP_DOCS,
                    timeout=120, what="warm-up done")
         latencies.clear()
+        slow.clear()
         total = int(rate * seconds)
         start = time.monotonic()
         with ThreadPoolExecutor(max_workers=CLIENTS) as pool:
@@ -74,7 +77,9 @@ def run_one(work: Path, template: Path, name: str, rate: float, seconds: float,
         wait_until(lambda: int(stack.query(FINISHED_SQL)[0]["n"]) >= WARM_UP_DOCS + total,
                    timeout=600, interval=0.05, what="every document done")
         lat = {k: v * 1000 if k != "n" else v for k, v in summary(latencies).items()}
-        return {"offered_per_s": total / sent_for, "documents": total, "latency_ms": lat}
+        slowest = sorted(slow, reverse=True)[:10]
+        return {"offered_per_s": total / sent_for, "documents": total, "latency_ms": lat,
+                "slowest": [{"ms": 1000 * ms, "at_s": due - start} for ms, due in slowest]}
     finally:
         stack.stop()
 
