@@ -2,8 +2,8 @@
 
 Celery's Django fix-up closes every connection before and after each task unless
 ``CELERY_DB_REUSE_MAX`` is set (celery/fixups/django.py); opening one again costs a SQLite
-file open and its pragmas, or a PostgreSQL backend fork and a scram-sha-256 exchange (3.1 ms
-of the server's CPU and 2.1 ms of the worker's, measured; adr/0043). With the reuse count set,
+file open and its pragmas, or a PostgreSQL backend fork and a scram-sha-256 exchange (2.8 ms
+of the server's CPU and 2.3 ms of the worker's, measured; adr/0043). With the reuse count set,
 these handlers do what Django's request signals do for a web request: before and after every
 task, ``close_old_connections`` closes a connection that has outlived ``CONN_MAX_AGE`` or
 failed (a PostgreSQL restart), and re-arms ``CONN_HEALTH_CHECKS``, so a task's first query runs
