@@ -11,6 +11,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.development")
 app = Celery("platform")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 
+from . import database  # noqa: E402, F401  (connects each task's database connection handlers)
 from .heartbeat import WorkerHeartbeat  # noqa: E402  (needs no Django, but reads app config)
 
 app.steps["consumer"].add(WorkerHeartbeat)

@@ -3,6 +3,7 @@
     .venv/bin/python -m loadtests.baseline [--config single|full|single,full] [--trials 5]
         [--write] [--against single]
     .venv/bin/python -m loadtests.baseline --report [--db postgres]  # stored full vs single
+    .venv/bin/python -m loadtests.baseline --config full --before DIR  # this code vs DIR's
 
 Each trial starts a fresh platform of the chosen configuration on real processes (tests/procs.py)
 and measures, with the shipped settings:
@@ -32,6 +33,11 @@ as a ratio to the stored baseline and flagged REGRESSED when its median is worse
 ``NOISE_SIGMAS`` standard errors of the difference of the two medians (see ``threshold``); the exit
 status is 1 if any figure regressed, 2 for a usage error. A plot of the ratios goes to
 loadtests/results/baseline_<config>.png. Measured on a shared, loaded machine unless said.
+
+--before DIR names another checkout of the platform (the code before a change, e.g. from
+``git archive``): each trial is run from DIR and from this checkout back to back, and this
+code's figures are compared with DIR's by the same rule instead of with the stored baseline
+(plot: loadtests/results/baseline_<config>_vs_before.png; nothing is stored).
 """
 
 from __future__ import annotations
@@ -119,13 +125,13 @@ def stored_name(config: str, db: str) -> str:
 
 
 def run_trial(work: Path, template: Path, config: str, trial: int, docs: int,
-              pg: Any = None) -> dict[str, float]:
+              pg: Any = None, tag: str = "") -> dict[str, float]:
     from loadtests.throughput_comparison import Config, start_flower
     from tests.procs import Stack, wait_until
     from tests.scheduler.beats import leader_proc, wait_leader
 
     shape = CONFIGS[config]
-    stack = Stack(base_dir=work / f"{config}-{trial}", template_db=template,
+    stack = Stack(base_dir=work / f"{config}-{trial}{tag}", template_db=template,
                   env_overrides={**THROUGHPUT_ENV, "FLOWER_UNAUTHENTICATED_API": "true"},
                   postgres=pg)
     try:
@@ -361,6 +367,8 @@ def main() -> int:
                         help="the database the platform runs on (PostgreSQL: tests/pgserver.py)")
     parser.add_argument("--report", action="store_true",
                         help="compare the stored full baseline with the stored single one")
+    parser.add_argument("--before", type=Path,
+                        help="another checkout: run every trial from it too and compare")
     args = parser.parse_args()
     stored = load_baseline()
     if args.report:
@@ -372,6 +380,10 @@ def main() -> int:
         parser.error(f"--trials must be >= 2 (noise needs repeats) and --docs >= {SUBMITTERS}")
     if args.against and len(configs) > 1:
         parser.error("--against compares one configuration")
+    if args.before is not None:
+        if args.write or args.against or not (args.before / "manage.py").is_file():
+            parser.error("--before takes a checkout of the platform, without --write/--against")
+        return compare_code(args, configs, args.before.resolve())
     if not args.write:
         for config in configs:
             name = stored_name(args.against or config, args.db)
@@ -432,6 +444,52 @@ def main() -> int:
         BASELINE.write_text(json.dumps(stored, indent=2) + "\n")
         print(f"wrote {BASELINE} ({', '.join(stored_name(c, args.db) for c in configs)})")
         return 0
+    return status
+
+
+def compare_code(args: argparse.Namespace, configs: list[str], before: Path) -> int:
+    """Every trial from ``before`` and from this checkout, back to back; this vs that."""
+    from loadtests.ceiling import code_at
+    from tests.procs import ROOT, make_template_db
+
+    work = Path(tempfile.mkdtemp(prefix="baseline-"))
+    template = make_template_db(work / "template")
+    pg = None
+    if args.db == "postgres":
+        from tests.pgserver import make_template_pg
+
+        pg = make_template_pg(work / "pg")
+    codes = {"before": before, "now": ROOT}
+    trials: dict[tuple[str, str], list[dict[str, float]]] = {}
+    try:
+        for trial in range(1, args.trials + 1):
+            for config in configs:
+                for code, root in codes.items():
+                    progress(f"{config} ({args.db}), code {code}: trial {trial}/{args.trials}")
+                    with code_at(root):
+                        row = run_trial(work, template, f"{config}", trial, args.docs, pg,
+                                        tag=f"-{code}")
+                    trials.setdefault((config, code), []).append(row)
+    finally:
+        if pg is not None:
+            pg.server.stop()
+    status = 0
+    for config in configs:
+        figures = {code: figures_of(trials[(config, code)]) for code in codes}
+        for code in codes:
+            print(f"\n{config}, code {code}: median of {args.trials} trials")
+            for fig in FIGURES:
+                f = figures[code][fig.key]
+                print(f"  {fig.label:<38}{f['median']:>10.2f} {fig.unit:<7} "
+                      f"noise {f['noise']:.1%}  trials "
+                      + " ".join(f"{t:.1f}" for t in f["trials"]))
+        rows = compare(figures["before"], figures["now"])
+        name = stored_name(config, args.db)
+        title = f"{name}: this code against the code before ({before.name}), interleaved"
+        print_comparison(rows, title)
+        png = plot(rows, title + " (shared, loaded machine)", f"baseline_{name}_vs_before")
+        print(f"wrote {png}")
+        status = max(status, 1 if any(r["regressed"] for r in rows) else 0)
     return status
 
 

@@ -1,7 +1,7 @@
 """Where the ceiling is: the cost of one document in each component, and what limits first.
 
     .venv/bin/python loadtests/ceiling.py [--docs 200] [--workers 1,2,4] [--db sqlite,postgres]
-        [--repeats 2]
+        [--repeats 2] [--before DIR]
 
 The document path as shipped: logged-in clients POST /api/documents/ to uvicorn (2 web
 worker processes), the web worker writes the row and enqueues the task (202), a Celery worker
@@ -27,6 +27,10 @@ bytes (pg_stat_database, pg_current_wal_lsn) per document.
 From those: docs/s per core of each component (1 / CPU seconds per document), and the
 components that cannot grow by adding cores (Redis runs commands on one thread; SQLite has one
 writer): their rate is the installation's ceiling. Writes loadtests/results/ceiling.{json,png}.
+
+--before DIR names another checkout of the platform (the code before a change, e.g. from
+``git archive``): every run is made twice, once with the processes started from DIR and once
+from this checkout, back to back, so both meet the same load from other work on the machine.
 Measured on a shared, loaded 2-core machine: the per-document costs travel, the absolute
 throughput does not.
 """
@@ -34,6 +38,7 @@ throughput does not.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import statistics
@@ -48,6 +53,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import tests.procs  # noqa: E402
 from celery_conf.names import Queue  # noqa: E402
 from celery_conf.policy import queue_lists  # noqa: E402
 from loadtests.common import (  # noqa: E402
@@ -224,9 +230,10 @@ def wait_finished(db: Database, total: int, what: str) -> float:
 
 
 def run_one(work: Path, template: Path, pg: Any, engine: str, workers: int,
-            docs: int) -> dict[str, Any]:
+            docs: int, tag: str = "") -> dict[str, Any]:
     name = f"{engine}-w{workers}"
-    stack = new_stack(work, template, pg, engine, name)
+    run_dir = f"{name}{tag}"  # a fresh directory: no database file of an earlier run
+    stack = new_stack(work, template, pg, engine, run_dir)
     db: Database | None = None
     try:
         procs = [stack.start_worker(f"c{i}", concurrency=1) for i in range(1, workers + 1)]
@@ -296,9 +303,20 @@ def run_one(work: Path, template: Path, pg: Any, engine: str, workers: int,
         stack.stop()
 
 
-def per_core(rows: list[dict[str, Any]], engine: str) -> dict[str, Any]:
+@contextlib.contextmanager
+def code_at(root: Path) -> Any:
+    """Start the Stack's processes from the checkout at ``root`` (tests/procs.py's cwd)."""
+    saved = tests.procs.ROOT
+    tests.procs.ROOT = root
+    try:
+        yield
+    finally:
+        tests.procs.ROOT = saved
+
+
+def per_core(rows: list[dict[str, Any]], engine: str, code: str = "now") -> dict[str, Any]:
     """Median per-document costs of one engine over its runs, and the rates they allow."""
-    mine = [r for r in rows if r["engine"] == engine]
+    mine = [r for r in rows if r["engine"] == engine and r.get("code", "now") == code]
     med = lambda phase, key: statistics.median(r[phase][key] for r in mine)  # noqa: E731
     costs = {
         "web_cpu_ms": med("queue", "web_cpu_ms"),
@@ -339,7 +357,7 @@ def per_core(rows: list[dict[str, Any]], engine: str) -> dict[str, Any]:
               + costs.get("db_cpu_ms", 0.0))
     per_core_rates = {k: v for k, v in rates.items() if k.endswith("_per_core_s")}
     costliest = min(per_core_rates, key=per_core_rates.__getitem__)
-    return {"engine": engine, "costs": costs, "rates": rates, "ceilings": ceilings,
+    return {"engine": engine, "code": code, "costs": costs, "rates": rates, "ceilings": ceilings,
             "first_limit": limit, "first_limit_docs_s": ceilings[limit],
             "costliest_per_core": costliest,
             "cpu_ms_per_doc_all_components": cpu_ms,
@@ -362,7 +380,8 @@ def connection_cost(server: Any) -> dict[str, float]:
             "client_cpu_ms": 1000 * (sum(own.cpu_times()[:2]) - before_client) / CONNECTIONS}
 
 
-def plot(rows: list[dict[str, Any]], engines: list[dict[str, Any]], name: str) -> Path:
+def plot(rows: list[dict[str, Any]], engines: list[dict[str, Any]], name: str,
+         before: list[dict[str, Any]] | None = None) -> Path:
     fig, (left, right) = new_figure(
         "Document path: cost per document and throughput (shared, loaded 2-core machine)",
         ncols=2)
@@ -393,6 +412,10 @@ def plot(rows: list[dict[str, Any]], engines: list[dict[str, Any]], name: str) -
         right.axhline(cores * e["one_box_docs_s_per_core"], color=color, linestyle=":",
                       label=f"{e['engine']}: this box's {cores} cores / CPU per document "
                             f"{cores * e['one_box_docs_s_per_core']:.0f}/s")
+    for e, color in zip(before or [], ("#264653", "#8338ec"), strict=False):
+        by = e["throughput_by_workers"]
+        right.plot(list(by), list(by.values()), color=color, alpha=0.4, linestyle="-.",
+                   marker="x", label=f"{e['engine']}: the code before (--before), median")
     right.set_xticks(sorted({r["workers"] for r in rows}))
     right.set_xlabel("Celery worker processes (-c 1 each)")
     right.set_ylabel("documents done per second")
@@ -409,6 +432,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2,
                         help="runs of every engine and worker count, interleaved")
     parser.add_argument("--output", default="ceiling")
+    parser.add_argument("--before", type=Path,
+                        help="another checkout: every run made from it too, interleaved")
     args = parser.parse_args()
     counts = [int(n) for n in args.workers.split(",") if n]
     engines = [e for e in args.db.split(",") if e]
@@ -416,6 +441,11 @@ def main() -> None:
         parser.error(f"--docs must be >= {SUBMITTERS}, worker counts and --repeats >= 1")
     if set(engines) - {"sqlite", "postgres"}:
         parser.error("--db takes sqlite and/or postgres")
+    codes = {"now": tests.procs.ROOT}
+    if args.before is not None:
+        if not (args.before / "manage.py").is_file():
+            parser.error(f"--before {args.before} is no checkout of the platform")
+        codes = {"before": args.before.resolve(), "now": tests.procs.ROOT}
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: sys.exit(1))
     work = Path(tempfile.mkdtemp(prefix="ceiling-"))
@@ -435,9 +465,13 @@ def main() -> None:
         for repeat in range(1, args.repeats + 1):
             for engine in engines:
                 for n in counts:
-                    progress(f"[{repeat}/{args.repeats}] {engine}, {n} Celery worker "
-                             f"process(es): {args.docs} documents x 3 phases")
-                    rows.append(run_one(work, template, pg, engine, n, args.docs))
+                    for code, root in codes.items():
+                        progress(f"[{repeat}/{args.repeats}] {engine}, {n} Celery worker "
+                                 f"process(es), code {code}: {args.docs} documents x 3 phases")
+                        with code_at(root):
+                            row = run_one(work, template, pg, engine, n, args.docs,
+                                          tag=f"-{code}-{repeat}")
+                        rows.append({**row, "code": code})
         if pg is not None:
             connection = connection_cost(pg.server)
             progress(f"postgres: one connection opened and closed costs the server "
@@ -446,7 +480,7 @@ def main() -> None:
     finally:
         if pg is not None:
             pg.server.stop()
-    result = [per_core(rows, e) for e in engines]
+    result = [per_core(rows, e, code) for code in codes for e in engines]
     for e in result:
         if e["engine"] == "postgres" and connection:
             e["connection_cost"] = connection
@@ -459,8 +493,8 @@ def main() -> None:
               f"CPU {c['db_cpu_ms']:.2f} ms, {c['db_commits']:.1f} commits, "
               f"{c['db_sessions']:.1f} connections opened, "
               f"{c['db_wal_bytes'] / 1024:.1f} KiB WAL")
-        print(f"{e['engine']}: per document: web {c['web_cpu_ms']:.1f} ms CPU, worker "
-              f"{c['worker_cpu_ms']:.1f} ms CPU, Redis {c['redis_cpu_ms']:.2f} ms CPU "
+        print(f"{e['engine']} ({e['code']}): per document: web {c['web_cpu_ms']:.1f} ms CPU, "
+              f"worker {c['worker_cpu_ms']:.1f} ms CPU, Redis {c['redis_cpu_ms']:.2f} ms CPU "
               f"({c['redis_commands']:.0f} commands, "
               f"{c['redis_bytes_per_queued']:.0f} B per queued), database {db}")
         print("  docs/s per core: " + ", ".join(f"{k} {v:,.0f}" for k, v in r.items()))
@@ -477,9 +511,12 @@ def main() -> None:
     data = {"args": vars(args), "cores": os.cpu_count(),
             "machine": "2 cores, shared with four other engineers' test runs (loaded)",
             "load_average_before": load_before, "load_average_after": os.getloadavg(),
+            "codes": {k: str(v) for k, v in codes.items()},
             "engines": result, "runs": rows}
     print(f"wrote {save_json(args.output, data)}")
-    print(f"wrote {plot(rows, result, args.output)}")
+    now = [e for e in result if e["code"] == "now"]
+    before = [e for e in result if e["code"] == "before"]
+    print(f"wrote {plot([r for r in rows if r['code'] == 'now'], now, args.output, before)}")
 
 
 if __name__ == "__main__":

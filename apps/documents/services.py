@@ -28,6 +28,7 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from redis.exceptions import RedisError
 
 from apps.events.bus import publish_event_on_commit
+from apps.transactions import unsynced_commits
 from celery_conf.liveness import run_alive, worker_heartbeat
 from celery_conf.queues import QUEUED_AT_HEADER
 
@@ -51,6 +52,9 @@ class QueueUnavailable(Exception):
     """The broker did not accept the message; the document was not kept."""
 
 
+# A claim whose row changed between its read and its write reads and judges again, this many
+# times in all: each change is another run's claim or finish, so a few are already unlikely.
+CLAIM_ATTEMPTS = 5
 # What one delivery of a document's processing came to (the task turns them into task states).
 SKIPPED = "skipped"  # finished or deleted, an older generation, or a live run holds it
 
@@ -60,6 +64,8 @@ class Claim:
     token: uuid.UUID
     run_id: int
     content: str
+    owner_id: int
+    title: str
 
 
 def document_submit(
@@ -86,7 +92,8 @@ def document_submit(
     except (KombuOperationalError, RedisError, OSError) as exc:
         document.delete()
         raise QueueUnavailable(str(exc)) from exc
-    document_announce(document_id=document.pk, state=State.QUEUED)
+    _announce(document_id=document.pk, owner_id=document.owner_id, title=document.title,
+              word_count=None, state=State.QUEUED)
     return document
 
 
@@ -141,55 +148,85 @@ def _claim(
     *, document_id: int, generation: int | None, task_id: str, worker: str, worker_pid: int,
     pid: int, redelivered: bool,
 ) -> Claim | str:
-    """Take the claim; else SKIPPED (nothing to do) or FAILED (too many starts)."""
+    """Take the claim; else SKIPPED (nothing to do) or FAILED (too many starts).
+
+    The row is read and judged outside any transaction (whether a holder lives may take a
+    Redis round trip), then written in one short transaction that changes it only if it still
+    is as read: a compare-and-set on (state, generation, starts), which every change of the
+    claim moves (adr/0043). SQLite's one writer and PostgreSQL's row lock are held for those
+    few statements only; a row that moved meanwhile is read and judged again.
+    """
+    for _ in range(CLAIM_ATTEMPTS):
+        outcome = _claim_once(document_id=document_id, generation=generation, task_id=task_id,
+                              worker=worker, worker_pid=worker_pid, pid=pid,
+                              redelivered=redelivered)
+        if outcome is not None:
+            return outcome
+    # Another run changed the row every time: it holds the claim, or finished the document.
+    logger.warning("documents: %s changed under %d claims in a row; this copy is skipped",
+                   document_id, CLAIM_ATTEMPTS)
+    return SKIPPED
+
+
+def _claim_once(
+    *, document_id: int, generation: int | None, task_id: str, worker: str, worker_pid: int,
+    pid: int, redelivered: bool,
+) -> Claim | str | None:
+    """One read, judgement and compare-and-set; None when the row moved in between."""
+    row = Document.objects.filter(pk=document_id).values(
+        "state", "generation", "starts", "content", "owner_id", "title", "word_count").first()
+    if row is None or row["state"] in (State.DONE, State.FAILED):
+        return SKIPPED  # deleted, or a redelivery of finished work: nothing to do
+    if generation is not None and generation < row["generation"]:
+        # A copy of a message the recovery has replaced since (one kombu restored after
+        # its worker died, or a late duplicate): the newer message runs it.
+        logger.info("documents: %s generation %s skipped, the document is at %s",
+                    document_id, generation, row["generation"])
+        return SKIPPED
+    if row["state"] == State.PROCESSING and _holder_alive(
+            document_id, worker=worker, worker_pid=worker_pid, pid=pid,
+            retry_of=None if redelivered else task_id):
+        # A second copy of the message while its run goes on (never by kombu's timeout,
+        # which outlasts any run): that run finishes it, or the recovery hands it on.
+        logger.warning("documents: %s is being processed by a live run; this copy is "
+                       "skipped", document_id)
+        return SKIPPED
     now = timezone.now()
-    with transaction.atomic():
-        document = Document.objects.select_for_update().filter(pk=document_id).first()
-        if document is None or document.state in (State.DONE, State.FAILED):
-            return SKIPPED  # deleted, or a redelivery of finished work: nothing to do
-        if generation is not None and generation < document.generation:
-            # A copy of a message the recovery has replaced since (one kombu restored after
-            # its worker died, or a late duplicate): the newer message runs it.
-            logger.info("documents: %s generation %s skipped, the document is at %s",
-                        document_id, generation, document.generation)
-            return SKIPPED
-        if document.state == State.PROCESSING and _holder_alive(
-                document_id, worker=worker, worker_pid=worker_pid, pid=pid,
-                retry_of=None if redelivered else task_id):
-            # A second copy of the message while its run goes on (never by kombu's timeout,
-            # which outlasts any run): that run finishes it, or the recovery hands it on.
-            logger.warning("documents: %s is being processed by a live run; this copy is "
-                           "skipped", document_id)
-            return SKIPPED
-        if document.starts >= settings.DOCUMENTS_MAX_STARTS:
-            document.state = State.FAILED
-            document.failure_reason = (
-                f"processing started {document.starts} times without finishing "
-                "(its worker was lost each time); requeue it once the cause is fixed"
-            )
-            document.claim_token = None
-            document.finished_at = now
-            document.save()
-            document_announce(document_id=document_id, state=State.FAILED)
-            return Outcome.FAILED
+    as_read = Document.objects.filter(pk=document_id, state=row["state"],
+                                      generation=row["generation"], starts=row["starts"])
+    announce = {"document_id": document_id, "owner_id": row["owner_id"],
+                "title": row["title"], "word_count": row["word_count"]}
+    if row["starts"] >= settings.DOCUMENTS_MAX_STARTS:
+        with transaction.atomic():
+            if not as_read.update(
+                    state=State.FAILED, claim_token=None, finished_at=now, updated_at=now,
+                    failure_reason=(
+                        f"processing started {row['starts']} times without finishing "
+                        "(its worker was lost each time); requeue it once the cause is fixed")):
+                return None
+            _announce(**announce, state=State.FAILED)
+        return Outcome.FAILED
+    token = uuid.uuid4()
+    run = DocumentRun(document_id=document_id, task_id=task_id, worker=worker,
+                      worker_pid=worker_pid, pid=pid, redelivered=redelivered)
+    # Not flushed at its commit (apps/transactions.py): a crash that loses the claim loses
+    # everything after it too (the finish commits through the same log, flushed), and puts
+    # the row back as it was before, queued or held by a dead run, which the recovery hands
+    # on; the message is acked only after the finish. One flush per document saved.
+    with unsynced_commits(), transaction.atomic():
+        if not as_read.update(
+                state=State.PROCESSING, claim_token=token, starts=row["starts"] + 1,
+                processed_by=worker, retry_at=None, updated_at=now,
+                # Higher in the message: the row was restored from an older backup.
+                generation=max(row["generation"], generation or 0)):
+            return None
         # Runs still marked running belong to a process that died: this claim supersedes them.
-        document.runs.filter(outcome=Outcome.RUNNING).update(
-            outcome=Outcome.SUPERSEDED, finished_at=now, detail="claim taken by a later run"
-        )
-        document.state = State.PROCESSING
-        document.claim_token = uuid.uuid4()
-        document.starts += 1
-        document.processed_by = worker
-        document.retry_at = None
-        if generation is not None and generation > document.generation:
-            document.generation = generation  # the row was restored from an older backup
-        document.save()
-        run = DocumentRun.objects.create(
-            document=document, task_id=task_id, worker=worker, worker_pid=worker_pid, pid=pid,
-            redelivered=redelivered,
-        )
-        document_announce(document_id=document_id, state=State.PROCESSING)
-        return Claim(token=document.claim_token, run_id=run.pk, content=document.content)
+        DocumentRun.objects.filter(document_id=document_id, outcome=Outcome.RUNNING).update(
+            outcome=Outcome.SUPERSEDED, finished_at=now, detail="claim taken by a later run")
+        run.save(force_insert=True)
+        _announce(**announce, state=State.PROCESSING)
+    return Claim(token=token, run_id=run.pk, content=row["content"],
+                 owner_id=row["owner_id"], title=row["title"])
 
 
 def _holder_alive(document_id: int, *, worker: str, worker_pid: int, pid: int,
@@ -252,6 +289,8 @@ def _close_run(claim: Claim, outcome: str, detail: str = "") -> None:
 
 def _finish_done(document_id: int, claim: Claim, result: ProcessingResult) -> str:
     now = timezone.now()
+    facts = [DocumentFact(document_id=document_id, kind=kind, value=value)
+             for kind, value in result.facts]
     with transaction.atomic():
         won = _fenced(document_id, claim).update(
             state=State.DONE,
@@ -265,12 +304,10 @@ def _finish_done(document_id: int, claim: Claim, result: ProcessingResult) -> st
         if not won:
             _close_run(claim, Outcome.SUPERSEDED, "result dropped: the claim had moved on")
             return Outcome.SUPERSEDED
-        DocumentFact.objects.bulk_create(
-            DocumentFact(document_id=document_id, kind=kind, value=value)
-            for kind, value in result.facts
-        )
+        DocumentFact.objects.bulk_create(facts)
         _close_run(claim, Outcome.DONE)
-        document_announce(document_id=document_id, state=State.DONE)
+        _announce(document_id=document_id, owner_id=claim.owner_id, title=claim.title,
+                  word_count=result.word_count, state=State.DONE)
     return Outcome.DONE
 
 
@@ -284,7 +321,8 @@ def _finish_failed(document_id: int, claim: Claim, reason: str) -> str:
         outcome = Outcome.FAILED if won else Outcome.SUPERSEDED
         _close_run(claim, outcome, reason)
         if won:
-            document_announce(document_id=document_id, state=State.FAILED)
+            _announce(document_id=document_id, owner_id=claim.owner_id, title=claim.title,
+                      word_count=None, state=State.FAILED)
     return outcome
 
 
@@ -304,7 +342,8 @@ def _release_for_retry(document_id: int, claim: Claim, reason: str, *,
         )
         _close_run(claim, Outcome.RETRYING, reason)
         if released:
-            document_announce(document_id=document_id, state=State.QUEUED)
+            _announce(document_id=document_id, owner_id=claim.owner_id, title=claim.title,
+                      word_count=None, state=State.QUEUED)
     return bool(released)
 
 
@@ -330,7 +369,12 @@ def document_announce(*, document_id: int, state: str) -> None:
     """Tell the owner's open pages about a state change, once it is committed."""
     row = Document.objects.filter(pk=document_id).values("owner_id", "title", "word_count").first()
     if row is not None:
-        publish_event_on_commit(kind="document.state", user_id=row["owner_id"], data={
-            "id": document_id, "state": str(state), "title": row["title"],
-            "word_count": row["word_count"],
-        })
+        _announce(document_id=document_id, state=state, **row)
+
+
+def _announce(*, document_id: int, owner_id: int, title: str, word_count: int | None,
+              state: str) -> None:
+    """document_announce from what the caller already holds: no read inside its transaction."""
+    publish_event_on_commit(kind="document.state", user_id=owner_id, data={
+        "id": document_id, "state": str(state), "title": title, "word_count": word_count,
+    })

@@ -17,7 +17,18 @@ RETRY_AFTER_S = 1
 
 
 class DatabaseBusyMiddleware(MiddlewareMixin):
-    """Sync and async capable (MiddlewareMixin), so the ASGI chain stays async."""
+    """Sync only, and last: it makes Django's whole middleware chain sync (adr/0043).
+
+    Every view behind Django's handler is sync (event streams are served before it,
+    apps/stream_front.py), and WhiteNoise, near the top, is sync only. With an async-capable
+    innermost middleware Django ran the chain below WhiteNoise in async mode, and each
+    MiddlewareMixin there called its process_request/process_response through its own
+    sync_to_async thread hop: about ten hops per request. Sync from the inside out, a request
+    makes three (into the chain's thread, out to the async handler, into the view's thread).
+    """
+
+    sync_capable = True
+    async_capable = False
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         if not (isinstance(exception, OperationalError)

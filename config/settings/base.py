@@ -152,6 +152,19 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         # A pooled connection is checked (an empty query) as it is handed out: after a
         # database restart the dead ones are replaced instead of failing a request each.
         DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# How long a Celery worker's pool process keeps its database connection between tasks
+# (adr/0043). Celery's Django fix-up would close it after every task (CELERY_DB_REUSE_MAX
+# below turns that off; celery_conf/database.py closes it by this age instead, or at once when
+# it failed): reopening costs a file open and pragmas on SQLite, a backend fork and a
+# scram-sha-256 exchange on PostgreSQL (10.4 of 38 ms of CPU per document, measured). Still
+# one connection per pool process at most (adr/0024), now also while idle, up to this long
+# after its last task. 0: a connection per task, as before.
+DATABASE_WORKER_CONN_MAX_AGE_S = env_int("DATABASE_WORKER_CONN_MAX_AGE_S", 600)
+if PROCESS_KIND == "worker":
+    DATABASES["default"]["CONN_MAX_AGE"] = DATABASE_WORKER_CONN_MAX_AGE_S
+    # Each task's first query runs on a connection checked alive (one round trip on
+    # PostgreSQL, nothing on SQLite): after a database restart the dead one is replaced.
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 # SQLite's durability in WAL mode (adr/0014). FULL syncs the WAL at every commit, so a row
 # committed before a 202 survives a power cut; NORMAL syncs only at checkpoints and a power
 # cut can roll back the last commits (https://www.sqlite.org/pragma.html#pragma_synchronous).
@@ -382,6 +395,9 @@ def data_addresses_check(target: RedisTarget, *, require_tls: bool) -> None:
 
 
 # --- durable tasks: the one place each timing is read (defaults and reasons: policy.py) ------
+# Tasks a worker's database connection serves at most before Celery's fix-up closes it anyway:
+# high enough that the age (DATABASE_WORKER_CONN_MAX_AGE_S) decides, a bound all the same.
+WORKER_DB_REUSE_MAX = 10_000
 def celery_settings(target: RedisTarget) -> dict[str, object]:
     connection = connection_settings(target)
     return durable_task_settings(
@@ -398,6 +414,10 @@ def celery_settings(target: RedisTarget) -> dict[str, object]:
         soft_time_limit=env_int("CELERY_TASK_SOFT_TIME_LIMIT", policy.DEFAULT_SOFT_TIME_LIMIT),
         time_limit=env_int("CELERY_TASK_TIME_LIMIT", policy.DEFAULT_TIME_LIMIT),
     ) | beat_settings(connection=connection) | {
+        # Celery's Django fix-up closes the database connections after every task unless
+        # this is set, and then only every this many tasks (celery/fixups/django.py); the age
+        # and failure rule of celery_conf/database.py decides instead (adr/0043).
+        "CELERY_DB_REUSE_MAX": WORKER_DB_REUSE_MAX if DATABASE_WORKER_CONN_MAX_AGE_S else None,
         # Where Redis is, for the fenced beat's and the heartbeat's own clients.
         "CELERY_PLATFORM_REDIS": target,
         # What the leading beat does every second beside the schedule (scheduler/duties.py):

@@ -1,10 +1,12 @@
 """The document state machine's claim under truly concurrent deliveries, on either engine.
 
 On SQLite one writer at a time serialises every claim; on PostgreSQL two worker processes
-claim the same row at the same instant and only the row lock (SELECT ... FOR UPDATE) and the
-token-fenced UPDATE keep one result per document. Each document's message is sent twice,
-back to back, to two workers with two pool processes each, so the copies start together: the
-second claim waits on the row lock, finds the first run alive and skips (adr/0030).
+claim the same row at the same instant and only the claim's compare-and-set (an UPDATE that
+changes the row only if it is still as the claim read it, adr/0043; before, SELECT ... FOR
+UPDATE) and the token-fenced UPDATE keep one result per document. Each document's message is
+sent twice, back to back, to two workers with two pool processes each, so the copies start
+together: the second claim finds the row changed, reads it again, finds the first run alive
+and skips (adr/0030).
 """
 
 from __future__ import annotations
