@@ -1,6 +1,7 @@
 """Where a document's CPU goes: py-spy flame graphs of the web and Celery worker processes.
 
-    .venv/bin/pip install py-spy   # a profiling tool only, never in requirements
+    python3 -m venv var/py-spy
+    var/py-spy/bin/pip install --require-hashes -r loadtests/requirements-profile.txt
     .venv/bin/python loadtests/profile_documents.py [--docs 400] [--workers 2] [--name docs]
 
 The path as loadtests/ceiling.py runs it (2 uvicorn workers, --workers Celery worker processes
@@ -28,15 +29,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loadtests.ceiling import ENV, SUBMITTERS, WEB_WORKERS, submit_all  # noqa: E402
 from loadtests.common import RESULTS, progress  # noqa: E402
-from tests.procs import BIN, Client, Stack, make_template_db, wait_until  # noqa: E402
+from tests.procs import Client, Stack, make_template_db, wait_until  # noqa: E402
 
 FINISHED_SQL = "SELECT COUNT(*) AS n FROM documents_document WHERE state IN ('done', 'failed')"
 RATE_HZ = 250
+# Its own venv (loadtests/requirements-profile.txt): the project's venv stays exactly the lock.
+PY_SPY = Path(__file__).resolve().parents[1] / "var" / "py-spy" / "bin" / "py-spy"
 
 
 def record(pid: int, out: Path, fmt: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [str(BIN / "py-spy"), "record", "--pid", str(pid), "--subprocesses", "--rate",
+        [str(PY_SPY), "record", "--pid", str(pid), "--subprocesses", "--rate",
          str(RATE_HZ), "--gil", "--format", fmt, "--output", str(out), "--nonblocking"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -63,8 +66,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--name", default="docs")
     args = parser.parse_args()
-    if not (BIN / "py-spy").exists():
-        parser.error(f"py-spy is not installed in {BIN}: pip install py-spy (profiling only)")
+    if not PY_SPY.exists():
+        parser.error(f"no {PY_SPY}: install it as this file's docstring says (a venv of its own, "
+                     "loadtests/requirements-profile.txt)")
     work = Path(tempfile.mkdtemp(prefix="profile-"))
     stack = Stack(base_dir=work / "stack", template_db=make_template_db(work / "template"),
                   env_overrides=ENV)
