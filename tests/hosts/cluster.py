@@ -15,9 +15,11 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 import requests
@@ -273,3 +275,20 @@ def app_host(data: DataHost, base_dir: Path, *, name: str, address: str,
 
 def new_password() -> str:
     return secrets.token_urlsafe(16)
+
+
+class Stoppable(Protocol):
+    def logs(self) -> str: ...
+    def stop(self) -> None: ...
+
+
+@contextmanager
+def running(cluster: Stoppable) -> Iterator[None]:
+    """A module fixture's hosts: their logs printed if anything fails, stopped however it ends."""
+    try:
+        yield
+    except BaseException:
+        print(cluster.logs())
+        raise
+    finally:
+        cluster.stop()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.documents.broker import FAST_RECONCILER, FAST_RECOVERY
-from tests.hosts.cluster import AppHost, DataHost, app_host
+from tests.hosts.cluster import AppHost, DataHost, app_host, running
 
 HOST_B, HOST_C = "127.0.0.3", "127.0.0.4"
 # Fast leases and the reconciler every 2 s (documents untouched 3 s), as the reconciler
@@ -38,10 +38,5 @@ class Cluster:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """Shared by a module's tests: starting the hosts is most of their cost."""
     cluster = Cluster(tmp_path_factory.mktemp("hosts"))
-    try:
+    with running(cluster):
         yield cluster
-    except BaseException:
-        print(cluster.logs())
-        raise
-    finally:
-        cluster.stop()

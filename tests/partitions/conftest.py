@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hosts.cluster import AppHost, DataHost, app_host, make_certs
+from tests.hosts.cluster import AppHost, DataHost, app_host, make_certs, running
 from tests.hosts.conftest import FAST
 from tests.netns import Network, build_network
 from tests.scheduler.beats import BEAT_ENV
@@ -81,13 +81,8 @@ def apart(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Apart]:
     """Shared by a module's tests: the data host's start (PostgreSQL, migrations, TLS) is
     most of their cost. Torn down however the tests end."""
     cluster = start_apart(tmp_path_factory.mktemp("apart"))
-    try:
+    with running(cluster):
         yield cluster
-    except BaseException:
-        print(cluster.logs())
-        raise
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture(autouse=True)

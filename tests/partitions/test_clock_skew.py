@@ -23,6 +23,7 @@ import pytest
 
 from scheduler.fence import parse_journal
 from tests.history import History, check, journal_history, slots_history
+from tests.hosts.cluster import running
 from tests.partitions.conftest import Apart, start_apart
 from tests.partitions.test_beat_cut import JOURNAL_KEY, host_of, leader, slot_runs
 from tests.procs import wait_until
@@ -44,16 +45,11 @@ def skewed(offset: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def plain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Apart]:
     cluster = start_apart(tmp_path_factory.mktemp("skew"), tls=False)
-    try:
+    with running(cluster):
         c = cluster.hosts["hostC"]
         worker = c.start_worker()
         c.wait_worker(worker, cluster.data.redis.client())
         yield cluster
-    except BaseException:
-        print(cluster.logs())
-        raise
-    finally:
-        cluster.stop()
 
 
 @pytest.mark.parametrize("offset", ["-30s", "+30s"])

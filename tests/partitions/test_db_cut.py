@@ -16,6 +16,7 @@ import pytest
 
 from tests.documents.tally import sample_text
 from tests.history import History, check, documents_history
+from tests.hosts.cluster import running
 from tests.partitions.conftest import Apart, start_apart
 from tests.partitions.worker_cut import finished, runs_of, timeline
 from tests.procs import Web, wait_until
@@ -30,7 +31,7 @@ CUT_S = 20  # longer than the connection's 10 s before it drops
 @pytest.fixture(scope="module")
 def started(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Apart, Web]]:
     cluster = start_apart(tmp_path_factory.mktemp("dbcut"), db_segment=True)
-    try:
+    with running(cluster):
         b, c = cluster.hosts["hostB"], cluster.hosts["hostC"]
         web = c.start_web(workers=1)
         worker = b.start_worker()
@@ -38,11 +39,6 @@ def started(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Apart, W
         b.wait_worker(worker, cluster.data.redis.client())
         c.wait_web(web)
         yield cluster, web
-    except BaseException:
-        print(cluster.logs())
-        raise
-    finally:
-        cluster.stop()
 
 
 def test_postgresql_cut_from_a_worker_mid_commit_the_document_is_done_once_after_the_heal(
