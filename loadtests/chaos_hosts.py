@@ -43,7 +43,7 @@ from tests.history import History, check, db_time, documents_history, journal_hi
 from tests.partitions.conftest import Apart, start_apart
 from tests.partitions.worker_cut import finished
 from tests.procs import Client, Proc, Web
-from tests.scheduler.beats import BEAT_ENV, EVERY, LOCK_KEY, ROLLUP
+from tests.scheduler.beats import EVERY, LOCK_KEY, ROLLUP
 
 FAULTS = ("cut", "sigkill-worker", "sigkill-beat", "sigkill-web", "sigstop-worker")
 JOBS = list(EVERY)
@@ -140,12 +140,14 @@ class HostsSoak:
                 if time.monotonic() - self.last_start[(name, role)] < RESTART_BACKOFF_S:
                     continue
                 if proc.pid not in faulted:
-                    tail = proc.log().splitlines()[-5:]
+                    lines = proc.log().splitlines()
+                    why = [line for line in lines if "CRITICAL" in line][-1:] or lines[-3:]
                     self.exits.append({"host": name, "role": role, "pid": proc.pid,
                                        "returncode": proc.popen.returncode, "at": time.time(),
-                                       "log_tail": tail})
-                    progress(f"  exit: {role} on {name} pid {proc.pid} "
-                             f"(code {proc.popen.returncode}), restarting")
+                                       "why": why})
+                    progress(f"  exit (not a fault's): {role} on {name} pid {proc.pid} "
+                             f"(code {proc.popen.returncode}): {' '.join(why)[-160:]}; "
+                             "restarting")
                 faulted.discard(proc.pid)
                 self.launch(name, role)
 
@@ -402,7 +404,8 @@ class HostsSoak:
             "evidence": self.evidence(violations),
             "slots": self.slots(history, verdict, load_ended),
             "faults": dict(Counter(f["fault"] for f in self.faults)),
-            "fault_log": self.faults, "unexpected_exits": self.exits,
+            "fault_log": self.faults, "exits": self.exits,
+            "exits_by_role": dict(Counter(e.get("role", "fault loop") for e in self.exits)),
             "failed_detail": [list(map(str, r)) for r in failed],
             "timeline": self.timeline,
             "submissions": [asdict(s) | {"outcome": s.outcome} for s in subs],
@@ -435,23 +438,23 @@ class HostsSoak:
 
     def slots(self, history: History, verdict: Any, load_ended: float) -> dict[str, Any]:
         """Per job: grid slots due while the load ran (one spacing in from either end),
-        published, run, published or run twice, and not seen at all."""
-        os.environ.update(BEAT_ENV)
+        published, run, published or run twice, and not seen at all. The grid is
+        ``offset + k * every`` (scheduler/jobs.py), with the soak's spacing (BEAT_ENV)."""
         from scheduler.tables import JOBS as TABLE
 
-        start = datetime.fromtimestamp(self.started_at, tz=UTC)
-        end = datetime.fromtimestamp(load_ended, tz=UTC)
         fired = {op.key for op in history.of("fired")}
         ran = {op.key for op in history.of("ran")}
         twice = set(verdict.fired_twice) | {k for k in verdict.doubled if "|" in k}
         out: dict[str, Any] = {}
         for name in JOBS:
-            job = TABLE[name]
-            first = job.slot_index(start) + 1
-            last = job.slot_index(end) - 1
-            due = {f"{name}|{job.slot_start(i).isoformat()}" for i in range(first, last + 1)}
+            every = EVERY[name]
+            offset = TABLE[name].offset % every
+            first = int((self.started_at - offset) // every) + 2
+            last = int((load_ended - offset) // every) - 1
+            due = {f"{name}|{datetime.fromtimestamp(offset + k * every, tz=UTC).isoformat()}"
+                   for k in range(first, last + 1)}
             out[name] = {
-                "every_s": job.every, "due": len(due), "fired": len(due & fired),
+                "every_s": every, "due": len(due), "fired": len(due & fired),
                 "run": len(due & ran), "twice": len(due & twice),
                 "not_seen": len(due - fired - ran),
                 "missed_by_checker": sum(k.startswith(name + "|") for k in verdict.missed),
@@ -483,9 +486,15 @@ def plot(result: dict[str, Any]) -> Path:
             left.axvline(x, color=colors[f["fault"]], alpha=0.5, linewidth=0.8)
     left.axvline((result["load_ended"] - t0) / 60, color="black", linestyle="--",
                  linewidth=0.8)
+    for kind, color in colors.items():
+        if result["faults"].get(kind):
+            left.plot([], [], color=color, linewidth=0.8, label=kind)
+    for host, color in cut_colors.items():
+        if any(f["fault"] == "cut" and f["host"] == host for f in result["fault_log"]):
+            left.fill_between([], [], color=color, alpha=0.3, label=f"{host} cut")
     left.set_xlabel("minutes (bands: hostB/hostC cut; lines: kills, stops; dashed: end)")
     left.set_ylabel("documents")
-    left.legend(fontsize=8)
+    left.legend(fontsize=7, loc="upper left")
     c = result["counts"]
     names = ["acknowledged", "done", "failed", "refused", "no_answer", "lost", "stuck",
              "doubled", "effects_twice", "two_owners"]
@@ -538,7 +547,7 @@ def main(args: argparse.Namespace) -> None:
           f"{c['late_results_dropped']}  two owners {c['two_owners']}  stale publishes "
           f"{c['stale_publish']}  drain {result['drain_s']} s")
     print("faults: " + ", ".join(f"{k} {v}" for k, v in sorted(result["faults"].items()))
-          + f"; unexpected exits {len(result['unexpected_exits'])}; elections "
+          + f"; exits not a fault's, restarted: {result['exits_by_role']}; elections "
           f"{result['elections']}")
     for name, s in result["slots"].items():
         print(f"{name:<24} every {s['every_s']} s  due {s['due']:>4}  fired {s['fired']:>4}  "
