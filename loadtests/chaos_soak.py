@@ -13,6 +13,12 @@ SIGKILL a beat, SIGKILL a web worker, SIGKILL Redis. supervisord restarts what d
 customer's box. Periodic jobs run every minute or two (environment overrides) so their slots
 can be counted.
 
+With ``--hosts``, the same load and faults across hosts in network namespaces (a data host
+and two app hosts, each with web, worker and beat), with random cuts and heals of an app
+host's link among the faults, judged by the history checker: loadtests/chaos_hosts.py.
+
+    .venv/bin/python loadtests/chaos_soak.py --hosts [--minutes 30] [--seed 1]
+
 Then it stops the faults and the submissions, waits up to --drain seconds for every
 acknowledged document, and counts: acknowledged (202 from the API, the redirect from the
 form), refused (any other answer: 503 while Redis restarts, a dropped connection), done,
@@ -418,14 +424,25 @@ def main() -> None:
                         help="mean seconds between faults")
     parser.add_argument("--long-every", type=int, default=6,
                         help="every Nth document is a long one")
-    parser.add_argument("--long-seconds", type=float, default=45.0,
-                        help="work of a long document (visibility timeout is 30 s)")
-    parser.add_argument("--short-seconds", type=float, default=2.0,
-                        help="work of the other documents")
-    parser.add_argument("--drain", type=float, default=600.0,
-                        help="seconds to wait for acknowledged documents after the faults stop")
+    parser.add_argument("--long-seconds", type=float, default=None,
+                        help="work of a long document (default 45: the visibility timeout is "
+                             "30 s; with --hosts 10: four heartbeat TTLs)")
+    parser.add_argument("--short-seconds", type=float, default=None,
+                        help="work of the other documents (default 2; with --hosts 0.5)")
+    parser.add_argument("--drain", type=float, default=None,
+                        help="seconds to wait for acknowledged documents after the faults stop "
+                             "(default 600; with --hosts 300)")
     parser.add_argument("--seed", type=int, default=None, help="random seed (faults, victims)")
+    parser.add_argument("--hosts", action="store_true",
+                        help="across hosts in network namespaces, with cuts and heals, judged "
+                             "by the history checker (loadtests/chaos_hosts.py; root)")
     args = parser.parse_args()
+    if args.long_seconds is None:
+        args.long_seconds = 10.0 if args.hosts else 45.0
+    if args.short_seconds is None and not args.hosts:
+        args.short_seconds = 2.0
+    if args.drain is None:
+        args.drain = 300.0 if args.hosts else 600.0
     if args.minutes <= 0 or args.rate <= 0 or args.fault_every <= 0 or args.long_every < 2:
         parser.error("--minutes, --rate and --fault-every must be positive, --long-every >= 2")
     if args.long_seconds > 120:
@@ -434,6 +451,11 @@ def main() -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: sys.exit(1))
     random.seed(args.seed)
+    if args.hosts:
+        from loadtests import chaos_hosts
+
+        chaos_hosts.main(args)
+        return
     soak = Soak(args)
     try:
         result = soak.run()
