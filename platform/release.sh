@@ -27,11 +27,14 @@ release_version() {
   echo "r-$hash"
 }
 
+# What a checkout holds besides its code is left out, .gitignore's entries among them: tools
+# write there while a checkout is in use (Hypothesis's example database, written by the fuzz
+# tests while another test installed twice, gave the second install another name).
 release_tar() {
   tar -C "$1" --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner \
-    --exclude=./.venv --exclude=./var --exclude=./.git --exclude='__pycache__' \
-    --exclude='*.pyc' --exclude=./.pytest_cache --exclude=./.ruff_cache \
-    --exclude=./loadtests/results -cf - .
+    --exclude=./.venv --exclude='./.venv-compat-*' --exclude=./var --exclude=./.git \
+    --exclude='__pycache__' --exclude='*.pyc' --exclude=./.pytest_cache --exclude=./.ruff_cache \
+    --exclude=./.hypothesis --exclude=./staticfiles --exclude=./loadtests/results -cf - .
 }
 
 
