@@ -43,7 +43,7 @@ NUMBERS = range(10, 120)  # k: below 128, so the front and db blocks never meet
 LOCK_FILE = Path("/tmp/platform-netns.lock")
 # The root namespace's ends: pn<k>r (to the switch), pn<k>d (to the db segment's), pn<k>f<i>
 # (host i's front link).
-ROOT_LINK = re.compile(rf"^{PREFIX}(\d+)(?:r|d|f\d+)[@ ]")
+ROOT_LINK = re.compile(rf"^{PREFIX}(\d+)(?:r|d|f\d+)[@: ]")
 
 
 def ip(*args: str, check: bool = True) -> str:
@@ -199,24 +199,46 @@ class Network:
     def heal(self, name: str, segment: str = "back") -> None:
         ip("-n", self.switch, "link", "set", self._port(name, segment), "up")
 
+    def root_links(self) -> dict[int, str]:
+        """This network's ends in the root namespace, by interface index. The index, not the
+        name, tells them apart from a later network's: another test may take this network's
+        number (and so its link names) the moment it is closed, while the kernel does not
+        hand an index out again soon."""
+        links = {}
+        for line in ip("-o", "link").splitlines():
+            index, rest = line.split(":", 1)
+            match = ROOT_LINK.match(rest.strip())
+            if match and int(match.group(1)) == self.number:
+                links[int(index)] = rest.strip().split()[0].rstrip(":").split("@")[0]
+        return links
+
     def close(self) -> None:
         """Every process in every namespace killed, every namespace deleted (the veths and
         the root namespace's ends deleted first: a veth pair goes with either end at once)."""
-        for line in ip("-br", "link").splitlines():
-            match = ROOT_LINK.match(line)
-            if match and int(match.group(1)) == self.number:
-                ip("link", "del", line.split()[0].split("@")[0], check=False)
+        for name in self.root_links().values():
+            ip("link", "del", name, check=False)
         for host in self.hosts.values():
             kill_namespace(host.netns)
         kill_namespace(self.switch)
 
 
+@contextmanager
+def numbers_locked() -> Iterator[None]:
+    """Held while a network is numbered and its switch built, and while leftovers are
+    cleaned: xdist workers build networks side by side."""
+    LOCK_FILE.touch(exist_ok=True)
+    with open(LOCK_FILE) as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def build_network(hosts: dict[str, bool], *, db_segment: bool = False) -> Network:
     """A switch and one namespace per host (``{name: has a front link}``)."""
-    clean_leftovers()
-    LOCK_FILE.touch(exist_ok=True)
-    with open(LOCK_FILE) as lock:  # xdist workers build networks side by side
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with numbers_locked():
+        clean_leftovers()
         used = _used_numbers()
         number = next(n for n in NUMBERS if n not in used)
         network = Network(number=number, db_segment=db_segment)
@@ -225,8 +247,6 @@ def build_network(hosts: dict[str, bool], *, db_segment: bool = False) -> Networ
         except BaseException:
             network.close()
             raise
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
     try:
         for name, front in hosts.items():
             network.add_host(name, front=front)

@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from tests.netns import PREFIX, ROOT_LINK, build_network, clean_leftovers, ip, namespaces, network
+from tests.netns import (PREFIX, build_network, clean_leftovers, ip, namespaces, network,
+                         numbers_locked)
 from tests.procs import spawn, wait_until
 
 pytestmark = [pytest.mark.processes, pytest.mark.partitions]
@@ -67,10 +68,12 @@ def test_hosts_reach_each_other_a_cut_stops_it_and_a_heal_restores_it(tmp_path) 
         # Nothing is routed beyond the links: no default route in a host's namespace.
         assert "default" not in ip("-n", b.netns, "route")
         names = [h.netns for h in net.hosts.values()] + [net.switch]
+        links = net.root_links()
+        assert len(links) == 2, links  # to the switch, and hostB's front link
     assert not set(names) & set(namespaces())
     assert all(not s.alive() or s.wait_exit(timeout=10) is not None for s in servers)
-    assert not [line for line in ip("-br", "link").splitlines()
-                if (m := ROOT_LINK.match(line)) and int(m.group(1)) == net.number]
+    left = {int(line.split(":", 1)[0]) for line in ip("-o", "link").splitlines()}
+    assert not set(links) & left, "a root-namespace end outlived its network"
 
 
 def test_a_crashed_runs_namespaces_are_removed_with_their_processes(tmp_path) -> None:
@@ -78,17 +81,22 @@ def test_a_crashed_runs_namespaces_are_removed_with_their_processes(tmp_path) ->
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     name = f"{PREFIX}{dead.pid}x1-data"
-    ip("netns", "add", name)
-    sleeper = spawn("leftover", [sys.executable, "-c", "import time; time.sleep(600)"],
-                    env={}, log_dir=tmp_path, netns=name)
+    sleeper = None
     try:
-        wait_until(lambda: str(sleeper.pid) in ip("netns", "pids", name), timeout=10,
-                   what="the leftover process runs inside")
-        assert name in clean_leftovers()
+        # Under the numbering lock, so that no other xdist worker's new network cleans it
+        # before this test's call does.
+        with numbers_locked():
+            ip("netns", "add", name)
+            sleeper = spawn("leftover", [sys.executable, "-c", "import time; time.sleep(600)"],
+                            env={}, log_dir=tmp_path, netns=name)
+            wait_until(lambda: str(sleeper.pid) in ip("netns", "pids", name), timeout=10,
+                       what="the leftover process runs inside")
+            assert name in clean_leftovers()
         assert name not in namespaces()
         sleeper.wait_exit(timeout=10)  # SIGKILLed, not left running outside any namespace
     finally:
-        sleeper.stop()
+        if sleeper is not None:
+            sleeper.stop()
         ip("netns", "del", name, check=False)
 
 
