@@ -10,8 +10,15 @@ import sys
 
 import pytest
 
-from tests.netns import (PREFIX, build_network, clean_leftovers, ip, namespaces, network,
-                         numbers_locked)
+from tests.netns import (
+    PREFIX,
+    build_network,
+    clean_leftovers,
+    ip,
+    namespaces,
+    network,
+    numbers_locked,
+)
 from tests.procs import spawn, wait_until
 
 pytestmark = [pytest.mark.processes, pytest.mark.partitions]
