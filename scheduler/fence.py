@@ -36,11 +36,14 @@ end
 """
 
 # KEYS: lock, journal, leader hash. ARGV: token, expiry (Unix ms, the caller's send time +
-# the lock timeout), deadline ms, journal max, line.
+# the lock timeout), deadline ms, journal max, line, earliest ms (the caller's send time less
+# the clock offset it may have).
 # {1, 0} = taken; {0, ms} = another beat holds it for ms more (the standby's next poll need
-# not wait longer); {-1, 0} = arrived after the caller gave up, not taken.
+# not wait longer); {-1, 0} = arrived after the caller gave up, not taken; {-3, 0} = sent by a
+# clock ahead of Redis's beyond the bound, not taken.
 ACQUIRE = _CLOCK + """
 if now > tonumber(ARGV[3]) then return {-1, 0} end
+if now < tonumber(ARGV[6]) then return {-3, 0} end
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PXAT', ARGV[2]) then
   return {0, redis.call('PTTL', KEYS[1])}
 end
@@ -49,17 +52,21 @@ journal(KEYS[2], ARGV[5], ARGV[4])
 return {1, 0}
 """
 
-# KEYS: lock, journal. ARGV: token, deadline ms, journal max; then a count of conditions
-# and, for each, a hash key, a field and the value it must hold ('' also matches an absent
-# field); then a count of journal lines and the lines; then the commands, each a word count
-# followed by that many words (command name first). The conditions make a write a
-# compare-and-set: a copy of it that lands twice, or after a newer one, changes nothing.
-# 1 = written, 0 = the lock is not ours, -1 = past the deadline, -2 = a condition failed.
+# KEYS: lock, journal. ARGV: token, deadline ms, journal max, earliest ms (the send time
+# less the clock offset the caller may have: a write landing before it was sent by a clock
+# ahead of Redis's beyond the bound); then a count of conditions and, for each, a hash key,
+# a field and the value it must hold ('' also matches an absent field); then a count of
+# journal lines and the lines; then the commands, each a word count followed by that many
+# words (command name first). The conditions make a write a compare-and-set: a copy of it
+# that lands twice, or after a newer one, changes nothing.
+# 1 = written, 0 = the lock is not ours, -1 = past the deadline, -2 = a condition failed,
+# -3 = the caller's clock is ahead beyond the bound.
 WRITE = _CLOCK + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 if now > tonumber(ARGV[2]) then return -1 end
-local i = 5
-for _ = 1, tonumber(ARGV[4]) do
+if now < tonumber(ARGV[4]) then return -3 end
+local i = 6
+for _ = 1, tonumber(ARGV[5]) do
   if (redis.call('HGET', ARGV[i], ARGV[i + 1]) or '') ~= ARGV[i + 2] then return -2 end
   i = i + 3
 end
@@ -85,7 +92,7 @@ return 1
 
 Command = Sequence[Any]
 # The scripts' refusal codes, by name.
-_REFUSALS = MappingProxyType({0: "moved", -1: "late", -2: "stale"})
+_REFUSALS = MappingProxyType({0: "moved", -1: "late", -2: "stale", -3: "clock"})
 
 
 class FenceRefused(Exception):
@@ -93,7 +100,10 @@ class FenceRefused(Exception):
 
     def __init__(self, code: int, what: str) -> None:
         self.reason = _REFUSALS.get(code, f"code {code}")
-        super().__init__(f"{what}: refused by Redis ({self.reason})")
+        why = self.reason
+        if self.reason == "clock":
+            why = "clock: this host's clock is ahead of Redis's beyond the bound, adr/0044"
+        super().__init__(f"{what}: refused by Redis ({why})")
 
 
 @dataclass(frozen=True)

@@ -112,7 +112,9 @@ class Lease:
         taken, held_ms = self._acquire(
             keys=[self.key, JOURNAL_KEY, LEADER_KEY],
             args=[self.token, ms(sent + self.timeout), ms(sent + self.call_timeout), JOURNAL_MAX,
-                  journal_line("elected", self.token, sent)])
+                  journal_line("elected", self.token, sent), ms(sent - self.max_clock_offset)])
+        if taken == -3:
+            raise FenceRefused(-3, "taking the beat lock")
         if taken != 1:
             self.other_holds_for = int(held_ms) / 1000 if int(held_ms) > 0 else None
             return False
@@ -160,8 +162,13 @@ class Lease:
         lines = [journal_line(kind, self.token, sent, detail) for kind, detail in journal]
         code = self._write(
             keys=[self.key, JOURNAL_KEY],
-            args=[self.token, ms(deadline), JOURNAL_MAX, len(conds) // 3, *conds,
-                  len(lines), *lines, *flatten(commands)])
+            args=[self.token, ms(deadline), JOURNAL_MAX, ms(sent - self.max_clock_offset),
+                  len(conds) // 3, *conds, len(lines), *lines, *flatten(commands)])
+        if code == -3:
+            # This host's clock ran ahead while it led (adr/0044): it would fire slots early
+            # and stretch the lock past its death. Nothing was written; the lock is let go at
+            # once, so the standby takes over now rather than at its expiry.
+            self.release()
         if code != 1:
             raise FenceRefused(int(code), what)
 

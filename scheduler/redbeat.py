@@ -62,6 +62,12 @@ POLL_AT_EXPIRY_S = 0.02
 CLOCK_LOG_EVERY_S = 60.0
 
 
+# Refusals after which this beat stops leading at once: the lock is another's ("moved"), or
+# this host's clock ran ahead of Redis's past the bound while it led ("clock"; the lease has
+# let the lock go).
+STEP_DOWN = ("moved", "clock")
+
+
 class LeaseLost(Exception):
     """The lock is gone or unrenewable past its deadline: this beat must stop scheduling."""
 
@@ -206,7 +212,7 @@ class FencedRedBeatScheduler(RedBeatScheduler):
             try:
                 lease.renew()
             except FenceRefused as exc:
-                if exc.reason == "moved":
+                if exc.reason in STEP_DOWN:
                     raise LeaseLost(f"the beat lock is no longer ours ({exc})") from exc
                 return self._renewal_failed(exc)
             except CALL_ERRORS as exc:
@@ -218,6 +224,8 @@ class FencedRedBeatScheduler(RedBeatScheduler):
                 return False
             if not lease.try_acquire():
                 return False
+        except FenceRefused:  # "clock": the offset moved past the bound since the check
+            return False
         except CALL_ERRORS as exc:
             logger.warning("beat: standby cannot reach Redis (%s); trying again", exc)
             lease.forget()
@@ -248,6 +256,19 @@ class FencedRedBeatScheduler(RedBeatScheduler):
 
     def _renewal_failed(self, exc: Exception) -> bool:
         lease = self.lease
+        if isinstance(exc, FenceRefused) and exc.reason == "late":
+            # Late at once, with no delay to blame, is a clock that fell behind while this
+            # beat led: give the lock up now rather than wait out the lease (adr/0044).
+            try:
+                offset = lease.clock_beyond_bound()
+            except CALL_ERRORS:
+                offset = None
+            if offset is not None:
+                lease.release()
+                raise LeaseLost(
+                    f"this host's clock is {abs(offset):.1f} s "
+                    f"{'ahead of' if offset > 0 else 'behind'} Redis's, beyond the "
+                    f"{lease.max_clock_offset:.1f} s a leader may be: stepping down") from exc
         if not lease.valid():
             raise LeaseLost(f"could not renew the beat lock before it expired: {exc}") from exc
         logger.warning("beat: cannot renew the lock (%s); %.1f s of lease left, not "
@@ -261,7 +282,7 @@ class FencedRedBeatScheduler(RedBeatScheduler):
         try:
             self._install_schedule()
         except FenceRefused as exc:
-            if exc.reason == "moved":
+            if exc.reason in STEP_DOWN:
                 raise LeaseLost(f"lost the lock while installing the schedule ({exc})") from exc
             logger.warning("beat: schedule not installed (%s); trying again", exc)
             return False
@@ -439,7 +460,7 @@ class FencedRedBeatScheduler(RedBeatScheduler):
             self.lease.write(batch.commands, journal=batch.journal,
                              conditions=batch.conditions, what="firing due slots")
         except FenceRefused as exc:
-            if exc.reason == "moved":
+            if exc.reason in STEP_DOWN:
                 raise LeaseLost(f"the beat lock moved before the slots fired ({exc})") from exc
             # late: nothing was written; stale: an earlier copy of this fire (or a newer
             # one) landed. Either way the next tick re-reads the entries and decides.

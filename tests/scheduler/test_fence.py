@@ -55,7 +55,7 @@ def test_a_renewal_that_lands_after_its_deadline_does_not_extend_the_lock(client
     sent = time.time() - 2  # sent two seconds ago with a 1 s timeout: the leader gave up
     code = client.register_script(WRITE)(
         keys=[LOCK_KEY, JOURNAL_KEY],
-        args=[leader.token, ms(sent + 1.0), 100, 0,
+        args=[leader.token, ms(sent + 1.0), 100, ms(sent - 0.5), 0,
               1, journal_line("renewed", leader.token, sent),
               *flatten([("PEXPIRE", LOCK_KEY, 5000)])])
     assert code == -1
@@ -115,3 +115,30 @@ def test_after_an_unanswered_renewal_the_next_cannot_stretch_the_lock(client: re
     leader.renew()  # answered probe: renewals extend again
     assert client.pttl(LOCK_KEY) > 4000 and leader.remaining() > 4.0
     assert [e.kind for e in read_journal(client)] == ["elected", "probed", "renewed"]
+
+
+def test_a_leader_whose_clock_ran_ahead_writes_nothing_and_lets_the_lock_go(client, monkeypatch):
+    leader, standby = lease(client, "leader"), lease(client, "standby")
+    assert leader.try_acquire()
+    real_time = time.time
+    monkeypatch.setattr(time, "time", lambda: real_time() + 30)  # its clock jumps 30 s ahead
+    with pytest.raises(FenceRefused) as refused:
+        leader.write([("LPUSH", "reports", "early")], journal=[("fired", "job|slot")],
+                     what="an early fire")
+    assert refused.value.reason == "clock" and "ahead of Redis's" in str(refused.value)
+    assert client.exists("reports") == 0
+    assert client.get(LOCK_KEY) is None and not leader.held  # let go at once
+    with pytest.raises(FenceRefused):  # nor can it take the lock again
+        leader.try_acquire()
+    monkeypatch.setattr(time, "time", real_time)
+    assert standby.try_acquire()
+    assert [e.kind for e in read_journal(client)] == ["elected", "released", "elected"]
+
+
+def test_a_clock_within_the_bound_writes(client, monkeypatch):
+    leader = lease(client, "leader")
+    real_time = time.time
+    monkeypatch.setattr(time, "time", lambda: real_time() + 0.3)  # 0.3 s ahead: within 0.5 s
+    assert leader.try_acquire()
+    leader.write([("LPUSH", "reports", "on time")], what="a fire")
+    assert client.lrange("reports", 0, -1) == ["on time"]
