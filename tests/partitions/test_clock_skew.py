@@ -8,8 +8,10 @@ while it is certainly beyond the bound (``Lease.max_clock_offset``, 0.5 s at a 5
 other host's beat leads; across both, no slot is published twice or missed.
 
 The skewed beat runs under libfaketime (Debian's ``libfaketime``), with
-tests/partitions/clockshim as its ``sitecustomize``. Without TLS here: a host 30 s behind
-refuses a certificate made seconds before as "not yet valid", which hides the lease.
+tests/partitions/clockshim as its ``sitecustomize``. Over TLS as shipped: platform/certs
+starts every certificate an hour before it is made, so a host 30 s or 5 min behind accepts
+one made seconds ago (before, it refused it as "not yet valid", and these tests ran without
+TLS), and the platform's own clock check is what speaks.
 """
 
 from __future__ import annotations
@@ -36,6 +38,14 @@ SHIM = Path(__file__).resolve().parent / "clockshim"
 REFUSED = "not leading until the clock is fixed"
 
 
+def jumpable(clock: Path) -> dict[str, str]:
+    """The environment of a process whose wall clock is off by what ``clock`` says (``+0``
+    at first), read again every second: writing ``+30s`` there makes its clock jump."""
+    return {"LD_PRELOAD": LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE": str(clock),
+            "FAKETIME_CACHE_DURATION": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+            "PYTHONPATH": str(SHIM)}
+
+
 def skewed(offset: str) -> dict[str, str]:
     """The environment of a process whose wall clock is ``offset`` (``+30s``) off."""
     return {"LD_PRELOAD": LIBFAKETIME, "FAKETIME": offset,
@@ -44,7 +54,7 @@ def skewed(offset: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def plain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Apart]:
-    cluster = start_apart(tmp_path_factory.mktemp("skew"), tls=False)
+    cluster = start_apart(tmp_path_factory.mktemp("skew"))
     with running(cluster):
         c = cluster.hosts["hostC"]
         worker = c.start_worker()
@@ -119,3 +129,63 @@ def test_a_worker_with_a_skewed_clock_refuses_to_run(plain: Apart, offset: str,
     assert f"clock is {seconds}." in line, line  # the offset it found is the one it was given
     measure(offset=offset, stopped_after_s=round(stopped_after_s, 1),
             error=line.split("] ", 1)[-1])
+
+
+STEPPED_DOWN = {"+30s": "refused by Redis (clock", "-30s": "behind Redis's"}
+
+
+@pytest.mark.parametrize("jump", ["+30s", "-30s"])
+def test_a_leader_whose_clock_jumps_steps_down_and_no_slot_is_doubled_or_missed(
+        plain: Apart, jump: str, tmp_path, measure) -> None:
+    """Measured before: a leader whose clock jumped 30 s ahead went on leading, fired each
+    slot 30 s early and set the lock's expiry 35 s out (a handover 30 s past its bound if it
+    then died). Now every fenced write carries the earliest moment it may land (its send time
+    less the 0.5 s bound): Redis refuses the first write after a jump ahead, the lease lets
+    the lock go, the beat exits. A jump behind makes every write late; the leader checks its
+    clock, lets the lock go and exits. The other host's beat takes over at its next poll."""
+    apart = plain
+    b, c = apart.hosts["hostB"], apart.hosts["hostC"]
+    client = apart.data.redis.client()
+    client.delete(JOURNAL_KEY)
+    clock = tmp_path / "clock"
+    clock.write_text("+0\n")
+    name = "jump" + ("ahead" if jump.startswith("+") else "behind")
+    jumper = b.start_beat(f"beat-{name}", **jumpable(clock))
+    try:
+        wait_until(lambda: (t := leader(apart)) is not None and host_of(t) == "hostB",
+                   timeout=60, interval=0.1, what="the beat on hostB leads")
+        standby = c.start_beat(f"beat-{name}-standby")
+        try:
+            since = datetime.now(UTC)
+            wait_until(lambda: slot_runs(apart, ROLLUP, since) >= 2, timeout=30, interval=0.2,
+                       what="slots run under hostB's beat")
+            clock.write_text(f"{jump}\n")
+            jumped_at = time.time()
+            token = wait_until(lambda: (t := leader(apart)) is not None and host_of(t) == "hostC"
+                               and t, timeout=60, interval=0.05, what="hostC's beat leads")
+            handover_s = time.time() - jumped_at
+            wait_until(lambda: not jumper.alive(), timeout=30, interval=0.1,
+                       what="the jumped beat exits")
+            after = datetime.now(UTC)
+            wait_until(lambda: slot_runs(apart, ROLLUP, after) >= 3, timeout=30, interval=0.2,
+                       what="slots run under hostC's beat")
+        finally:
+            standby.stop()
+    finally:
+        jumper.stop()
+    journal = parse_journal(client.lrange(JOURNAL_KEY, 0, -1))
+    history = History()
+    journal_history(journal, history, jobs=list(EVERY))
+    slots_history(apart.data, history, jobs=list(EVERY))
+    verdict = check(history, every={ROLLUP: EVERY[ROLLUP]})
+    verdict.assert_ok()
+    assert host_of(token) == "hostC"
+    kinds = [(host_of(e.token), e.kind) for e in journal]
+    # hostB's last word in Redis is letting the lock go; nothing of it lands after.
+    last_b = max(i for i, (host, _) in enumerate(kinds) if host == "hostB")
+    assert kinds[last_b] == ("hostB", "released"), kinds[last_b - 3:last_b + 1]
+    line = next((x for x in jumper.log().splitlines() if STEPPED_DOWN[jump] in x), None)
+    assert line is not None, jumper.log()[-3000:]
+    measure(jump=jump, handover_s=round(handover_s, 2),
+            slots_published=len(history.of("fired")), error=line.split("] ", 1)[-1][:200],
+            **verdict.counts())
