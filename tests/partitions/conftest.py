@@ -51,14 +51,15 @@ class Apart:
 def start_apart(base_dir: Path, *, tls: bool = True, db_segment: bool = False,
                 **env: str) -> Apart:
     """The network and the data host; app hosts ready to start processes. ``tls=False``
-    only where TLS would hide what is tested (a host whose clock lags refuses a certificate
-    made seconds ago as "not yet valid"). ``db_segment``: PostgreSQL on a segment of its
-    own, so one host's link to it alone can be cut (tests/netns.py)."""
+    only where TLS would hide what is tested. ``db_segment``: PostgreSQL on a segment of
+    its own, so one host's link to it alone can be cut (tests/netns.py)."""
     net = build_network({"data": False, **dict.fromkeys(APP_HOSTS, True)},
                         db_segment=db_segment)
     try:
         data_ns = net.hosts["data"]
-        addresses = [data_ns.back] + ([data_ns.db] if data_ns.db else [])
+        # The root namespace's address too: a test may put the fault proxy there, on a
+        # host's way to the data host (tests/partitions/test_slow_link.py).
+        addresses = [data_ns.back, net.root_back] + ([data_ns.db] if data_ns.db else [])
         certs = (make_certs(base_dir / "certs", name="data", addresses=addresses)
                  if tls else None)
         data = DataHost(base_dir / "data", address=data_ns.back, tls_dir=certs,
@@ -89,5 +90,8 @@ def apart(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Apart]:
 def logs_on_failure(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     report = getattr(request.node, "rep_call", None)
-    if report is not None and report.failed and "apart" in request.fixturenames:
-        print(request.getfixturevalue("apart").logs())
+    if report is not None and report.failed:
+        for name in ("apart", "group", "slow"):
+            if name in request.fixturenames:
+                cluster = request.getfixturevalue(name)
+                print((cluster[0] if isinstance(cluster, tuple) else cluster).logs())
