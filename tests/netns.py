@@ -199,6 +199,21 @@ class Network:
     def heal(self, name: str, segment: str = "back") -> None:
         ip("-n", self.switch, "link", "set", self._port(name, segment), "up")
 
+    def split(self, names: list[str]) -> None:
+        """The switch split in two: these hosts' ports onto a bridge of their own, so they
+        reach each other and nothing else; the others stay with the test process (the
+        clients' front links and the db segment are untouched)."""
+        if "br2" not in ip("-n", self.switch, "-br", "link"):
+            ip("-n", self.switch, "link", "add", "br2", "type", "bridge")
+            ip("-n", self.switch, "link", "set", "br2", "up")
+        for name in names:
+            ip("-n", self.switch, "link", "set", self.hosts[name].port, "master", "br2")
+
+    def join(self, names: list[str]) -> None:
+        """The split healed: these hosts' ports back on the one bridge."""
+        for name in names:
+            ip("-n", self.switch, "link", "set", self.hosts[name].port, "master", "br0")
+
     def root_links(self) -> dict[int, str]:
         """This network's ends in the root namespace, by interface index. The index, not the
         name, tells them apart from a later network's: another test may take this network's
