@@ -10,12 +10,15 @@ Threads, no dependencies. Faults apply to every connection through the proxy (th
   New connections are accepted and held too.
 - ``blackhole_on(pattern)``: pass traffic until a client-to-server chunk contains ``pattern``
   (RESP bytes, e.g. a task name inside the fence's script), then blackhole from that chunk on.
-- ``latency(seconds)``: each chunk is delivered this long after it was read, each way.
+- ``latency(seconds, loss=p)``: each chunk is delivered this long after it was read, each
+  way; with ``loss``, that fraction of chunks is held ``rto`` longer, as a segment lost once
+  and retransmitted (TCP's minimum RTO is 200 ms), the chunks behind it waiting for it.
 - ``flap(down, up)``: cut and heal in turn until ``heal()``.
 """
 
 from __future__ import annotations
 
+import random
 import socket
 import threading
 import time
@@ -37,14 +40,20 @@ class _Pipe:
 
 
 class FaultProxy:
-    def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
+    def __init__(self, target_port: int, target_host: str = "127.0.0.1", *,
+                 listen_host: str = "127.0.0.1") -> None:
         self.target = (target_host, target_port)
+        self.listen_host = listen_host
         self.port = 0
         self._lock = threading.RLock()
         self._conns: list[tuple[socket.socket, socket.socket, list[_Pipe]]] = []
         self._listener: socket.socket | None = None
         self._held = False  # blackhole in force
         self._delay = 0.0
+        self._loss = 0.0
+        self._rto = 0.2
+        self._random = random.Random(0)
+        self.retransmitted = 0  # chunks held for a "retransmission"
         self._pattern: bytes | None = None
         self._flapping: threading.Event | None = None
         self.triggered_at: float | None = None  # when blackhole_on matched (time.time())
@@ -75,10 +84,13 @@ class FaultProxy:
             self._pattern = pattern
             self.triggered_at = None
 
-    def latency(self, seconds: float) -> None:
+    def latency(self, seconds: float, *, loss: float = 0.0, rto: float = 0.2,
+                seed: int = 0) -> None:
         with self._lock:
-            self._record(f"latency {seconds}")
+            self._record(f"latency {seconds}" + (f" loss {loss}" if loss else ""))
             self._delay = seconds
+            self._loss, self._rto = loss, rto
+            self._random.seed(seed)
 
     def flap(self, *, down: float, up: float) -> None:
         stop = threading.Event()
@@ -105,6 +117,7 @@ class FaultProxy:
             self._record("heal")
             was_held, self._held = self._held, False
             self._delay = 0.0
+            self._loss = 0.0
             self._pattern = None
             if self._listener is None and not self._closed:
                 self._listen()
@@ -128,7 +141,7 @@ class FaultProxy:
     def _listen(self) -> None:
         listener = socket.socket()
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
+        listener.bind((self.listen_host, self.port))
         listener.listen(64)
         self.port = listener.getsockname()[1]
         self._listener = listener
@@ -181,6 +194,9 @@ class FaultProxy:
                     self._record("blackhole (pattern)")
                     self._held = True
                 due = time.monotonic() + self._delay
+                if data and self._loss and self._random.random() < self._loss:
+                    due += self._rto
+                    self.retransmitted += 1
             tail = (tail + data)[-256:]
             with pipe.ready:
                 pipe.chunks.append((due, data or None))
