@@ -338,17 +338,20 @@ CONF
 # TLS for the data host's Redis (adr/0026): with REDIS_TLS_CERT and REDIS_TLS_KEY (made by
 # platform/certs server) Redis speaks TLS only on its port (the plain port closed), and every
 # client verifies REDIS_TLS_CA_FILE. Clients authenticate with the password, not certificates.
+# A replica reaches its primary over TLS too (tls-replication), as a sentinel reaches them all.
+# The port is the first argument (default REDIS_PORT): a sentinel's lines name its own.
 redis_tls_lines() {
   [ -n "${REDIS_TLS_CERT:-}" ] || return 0
   : "${REDIS_TLS_KEY:?platform: REDIS_TLS_CERT needs REDIS_TLS_KEY}"
   : "${REDIS_TLS_CA_FILE:?platform: REDIS_TLS_CERT needs REDIS_TLS_CA_FILE (platform/certs ca)}"
   cat <<CONF
 port 0
-tls-port $REDIS_PORT
+tls-port ${1:-$REDIS_PORT}
 tls-cert-file $REDIS_TLS_CERT
 tls-key-file $REDIS_TLS_KEY
 tls-ca-cert-file $REDIS_TLS_CA_FILE
 tls-auth-clients no
+tls-replication yes
 CONF
 }
 

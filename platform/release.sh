@@ -437,6 +437,19 @@ sys.stdout.write(string.Template(open(sys.argv[1]).read()).substitute(os.environ
   # The address the other sentinels reach this one on (the same reason as replica-announce-ip).
   local sentinel_bind="${SENTINEL_BIND:-${REDIS_BIND:-127.0.0.1}}"
   echo "sentinel announce-ip ${sentinel_bind%% *}" >> "$tmp"
+  # With REDIS_TLS the clients speak TLS to the sentinels and the data nodes (adr/0025): this
+  # sentinel listens on TLS only, with this host's certificate, and reaches the data nodes
+  # and the other sentinels over TLS.
+  case "${REDIS_TLS:-}" in
+    1|true|True|TRUE|yes|on)
+      if [ -z "${REDIS_TLS_CERT:-}" ]; then
+        rm -f "$tmp"
+        echo "platform: REDIS_TLS=true: this host's sentinel speaks TLS and needs this host's" \
+          "certificate, REDIS_TLS_CERT and REDIS_TLS_KEY (platform/certs server)" >&2
+        exit 1
+      fi
+      redis_tls_lines "${SENTINEL_PORT:-26379}" >> "$tmp" ;;
+  esac
   install -m 600 -o "$PLATFORM_USER" -g "$PLATFORM_USER" "$tmp" "$file"
   rm -f "$tmp"
 }
