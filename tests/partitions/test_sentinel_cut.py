@@ -14,14 +14,14 @@ heal the old primary is made a replica of the new one and resyncs: everything wr
 during the split is gone. Run twice: as shipped (no ``min-replicas-to-write``), and with
 ``min-replicas-to-write 1`` / ``min-replicas-max-lag 10`` on every data server, which makes
 the old primary refuse writes once it has heard from no replica for 10 s. Judged by the
-history checker: every 202 kept and done once, nothing refused kept. Without TLS: the
-group's TLS settings are ADR 25's, not what is tested here.
+history checker: every 202 kept and done once, nothing refused kept. Over TLS as shipped:
+every Redis and sentinel TLS only, the sentinels' files written by the installer's own
+writer (platform/release.sh), replication and monitoring over TLS.
 """
 
 from __future__ import annotations
 
 import os
-import string
 import subprocess
 import threading
 import time
@@ -36,14 +36,15 @@ import requests
 from scheduler.fence import parse_journal
 from tests.documents.tally import sample_text
 from tests.history import History, check, documents_history, journal_history, slots_history
-from tests.hosts.cluster import AppHost, DataHost, HostRedis, app_host
+from tests.hosts.cluster import AppHost, DataHost, HostRedis, app_host, make_certs
 from tests.hosts.conftest import FAST
+from tests.hosts.test_sentinel_hosts import installed_conf
 from tests.netns import Network, build_network
 from tests.partitions.test_beat_cut import JOURNAL_KEY, host_of
 from tests.partitions.worker_cut import finished
-from tests.procs import ROOT, Proc, Web, spawn, wait_until
+from tests.procs import Proc, Web, spawn, wait_until
 from tests.scheduler.beats import BEAT_ENV, EVERY
-from tests.sentinel import DOWN_AFTER_MS, FAILOVER_TIMEOUT_MS, MASTER_NAME
+from tests.sentinel import MASTER_NAME
 
 pytestmark = [pytest.mark.processes, pytest.mark.partitions]
 
@@ -75,6 +76,7 @@ class Group:
     sentinels: list[Proc]
     hosts: dict[str, AppHost]
     sentinel_password: str
+    certs: Path
 
     def primary(self) -> str | None:
         """The primary's address as the reachable sentinels say (the majority's first)."""
@@ -82,7 +84,8 @@ class Group:
             try:
                 client = redis.Redis(host=self.net.hosts[host].back, port=SENTINEL_PORT,
                                      password=self.sentinel_password, socket_timeout=1,
-                                     socket_connect_timeout=1, decode_responses=True)
+                                     socket_connect_timeout=1, decode_responses=True,
+                                     ssl=True, ssl_ca_certs=str(self.certs / "ca.pem"))
                 address = client.sentinel_get_master_addr_by_name(MASTER_NAME)
                 if address:
                     return str(address[0])
@@ -96,6 +99,7 @@ class Group:
         redis_server = self.data.redis
         result = subprocess.run(
             ["ip", "netns", "exec", self.net.hosts["data"].netns, "redis-cli", "--no-auth-warning",
+             "--tls", "--cacert", str(self.certs / "ca.pem"),
              "-h", redis_server.address, "-p", str(redis_server.port), "-a",
              redis_server.password, *command], capture_output=True, text=True, timeout=30)
         return result.stdout.strip()
@@ -124,15 +128,17 @@ class Group:
 
 
 def start_sentinel(base: Path, net: Network, host: str, *, primary: str, password: str,
-                   sentinel_password: str) -> Proc:
-    directory = base / f"sentinel-{host}"
-    directory.mkdir(parents=True, exist_ok=True)
-    conf = directory / "sentinel.conf"
-    conf.write_text(string.Template((ROOT / "platform" / "sentinel.conf").read_text()).substitute(
-        SENTINEL_PORT=SENTINEL_PORT, SENTINEL_BIND=net.hosts[host].back, SENTINEL_DIR=directory,
-        SENTINEL_PASSWORD=sentinel_password, MASTER_NAME=MASTER_NAME, PRIMARY_HOST=primary,
-        PRIMARY_PORT=6390, REDIS_PASSWORD=password, DOWN_AFTER_MS=DOWN_AFTER_MS,
-        FAILOVER_TIMEOUT_MS=FAILOVER_TIMEOUT_MS))
+                   sentinel_password: str, certs: Path) -> Proc:
+    """A sentinel from the installer's writer (write_sentinel_conf_for), with REDIS_TLS."""
+    prefix = base / f"sentinel-{host}"
+    conf = prefix / "var/lib/platform/sentinel/sentinel.conf"
+    installed_conf(prefix, {
+        "PLATFORM_ROLES": "sentinel", "REDIS_SENTINEL_PRIMARY": f"{primary} 6390",
+        "SENTINEL_PORT": str(SENTINEL_PORT), "SENTINEL_BIND": net.hosts[host].back,
+        "REDIS_PASSWORD": password, "REDIS_SENTINEL_PASSWORD": sentinel_password,
+        "REDIS_TLS": "true", "REDIS_TLS_CERT": str(certs / "data.pem"),
+        "REDIS_TLS_KEY": str(certs / "data.key"), "REDIS_TLS_CA_FILE": str(certs / "ca.pem")},
+        "write_sentinel_conf_for", conf)
     return spawn(f"sentinel-{host}", ["redis-server", str(conf), "--sentinel"],
                  env=dict(os.environ), log_dir=base / "log", netns=net.hosts[host].netns)
 
@@ -146,27 +152,35 @@ def group(request: pytest.FixtureRequest,
                          "hostC": True}, db_segment=True)
     try:
         d = net.hosts["data"]
-        data = DataHost(base / "data", address=d.back, netns=d.netns, db_address=d.db)
-        for key, value in extra.items():
+        # One certificate for every data server and sentinel of the group, by address.
+        certs = make_certs(base / "certs", name="data", addresses=[
+            net.hosts[h].back for h in ("data", "data2", "data3", "hostC")]
+            + [d.db or "", net.root_back])
+        data = DataHost(base / "data", address=d.back, netns=d.netns, db_address=d.db,
+                        tls_dir=certs)
+        # As the installer's redis.conf has it (platform/lib.sh, redis_tls_lines): the old
+        # primary rejoins as a replica over TLS.
+        for key, value in {"tls-replication": "yes", **extra}.items():
             data.redis.client().config_set(key, value)
         replicas = []
         for name in ("data2", "data3"):
             replica = HostRedis(base / name, address=net.hosts[name].back,
-                                netns=net.hosts[name].netns)
+                                netns=net.hosts[name].netns, tls_dir=certs)
             replica.password = data.redis.password  # one data password for the group
-            replica.overrides.update({"replicaof": f"{d.back} 6390",
+            replica.overrides.update({"replicaof": f"{d.back} 6390", "tls-replication": "yes",
                                       "masterauth": data.redis.password, **extra})
             replicas.append(replica.start())
         sentinel_password = data.redis.password + "-sentinels"
         sentinels = [start_sentinel(base, net, host, primary=d.back,
                                     password=data.redis.password,
-                                    sentinel_password=sentinel_password)
+                                    sentinel_password=sentinel_password, certs=certs)
                      for host in ("data", "data2", "hostC")]
         fronts = ",".join(h.front or "" for h in net.hosts.values() if h.front)
         env = {"REDIS_SENTINELS": ",".join(f"{net.hosts[h].back}:{SENTINEL_PORT}"
                                            for h in ("data", "data2", "hostC")),
                "REDIS_SENTINEL_MASTER": MASTER_NAME, "REDIS_PASSWORD": data.redis.password,
-               "REDIS_SENTINEL_PASSWORD": sentinel_password, "DJANGO_ALLOWED_HOSTS": fronts}
+               "REDIS_SENTINEL_PASSWORD": sentinel_password, "DJANGO_ALLOWED_HOSTS": fronts,
+               "REDIS_TLS": "true"}
         hosts = {name: app_host(data, base, name=name, address=net.hosts[name].back,
                                 netns=net.hosts[name].netns, front=net.hosts[name].front,
                                 **FAST, **BEAT_ENV, **env)
@@ -175,7 +189,7 @@ def group(request: pytest.FixtureRequest,
         net.close()
         raise
     cluster = Group(net=net, data=data, replicas=replicas, sentinels=sentinels, hosts=hosts,
-                    sentinel_password=sentinel_password)
+                    sentinel_password=sentinel_password, certs=certs)
     try:
         yield cluster
     except BaseException:
