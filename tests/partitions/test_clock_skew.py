@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.fence import parse_journal
-from tests.history import History, check, journal_history, slots_history
+from scheduler.fence import JournalEntry, parse_journal
+from tests.history import History, Verdict, check, journal_history, slots_history
 from tests.hosts.cluster import running
 from tests.partitions.conftest import Apart, start_apart
 from tests.partitions.test_beat_cut import JOURNAL_KEY, host_of, leader, slot_runs
@@ -44,6 +44,17 @@ def jumpable(clock: Path) -> dict[str, str]:
     return {"LD_PRELOAD": LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE": str(clock),
             "FAKETIME_CACHE_DURATION": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1",
             "PYTHONPATH": str(SHIM)}
+
+
+def judged_slots(apart: Apart) -> tuple[list[JournalEntry], History, Verdict]:
+    """The beats' journal and the slots' runs through the history checker, which must pass."""
+    journal = parse_journal(apart.data.redis.client().lrange(JOURNAL_KEY, 0, -1))
+    history = History()
+    journal_history(journal, history, jobs=list(EVERY))
+    slots_history(apart.data, history, jobs=list(EVERY))
+    verdict = check(history, every={ROLLUP: EVERY[ROLLUP]})
+    verdict.assert_ok()
+    return journal, history, verdict
 
 
 def skewed(offset: str) -> dict[str, str]:
@@ -67,8 +78,7 @@ def test_a_beat_with_a_skewed_clock_refuses_to_lead_and_no_slot_is_doubled_or_mi
         plain: Apart, offset: str, tmp_path, measure) -> None:
     apart = plain
     b, c = apart.hosts["hostB"], apart.hosts["hostC"]
-    client = apart.data.redis.client()
-    client.delete(JOURNAL_KEY)
+    apart.data.redis.client().delete(JOURNAL_KEY)
     # The skewed beat first, alone: it must refuse the lock, and say so.
     skewed_beat = b.start_beat(f"beat-{offset}", **skewed(offset))
     started = time.time()
@@ -90,12 +100,7 @@ def test_a_beat_with_a_skewed_clock_refuses_to_lead_and_no_slot_is_doubled_or_mi
             normal_beat.stop()
     finally:
         skewed_beat.stop()
-    journal = parse_journal(client.lrange(JOURNAL_KEY, 0, -1))
-    history = History()
-    journal_history(journal, history, jobs=list(EVERY))
-    slots_history(apart.data, history, jobs=list(EVERY))
-    verdict = check(history, every={ROLLUP: EVERY[ROLLUP]})
-    verdict.assert_ok()
+    journal, history, verdict = judged_slots(apart)
     elected = {host_of(e.token) for e in journal if e.kind == "elected"}
     assert elected == {"hostC"}, elected
     line = next(x for x in skewed_beat.log().splitlines() if REFUSED in x)
@@ -145,8 +150,7 @@ def test_a_leader_whose_clock_jumps_steps_down_and_no_slot_is_doubled_or_missed(
     clock, lets the lock go and exits. The other host's beat takes over at its next poll."""
     apart = plain
     b, c = apart.hosts["hostB"], apart.hosts["hostC"]
-    client = apart.data.redis.client()
-    client.delete(JOURNAL_KEY)
+    apart.data.redis.client().delete(JOURNAL_KEY)
     clock = tmp_path / "clock"
     clock.write_text("+0\n")
     name = "jump" + ("ahead" if jump.startswith("+") else "behind")
@@ -173,12 +177,7 @@ def test_a_leader_whose_clock_jumps_steps_down_and_no_slot_is_doubled_or_missed(
             standby.stop()
     finally:
         jumper.stop()
-    journal = parse_journal(client.lrange(JOURNAL_KEY, 0, -1))
-    history = History()
-    journal_history(journal, history, jobs=list(EVERY))
-    slots_history(apart.data, history, jobs=list(EVERY))
-    verdict = check(history, every={ROLLUP: EVERY[ROLLUP]})
-    verdict.assert_ok()
+    journal, history, verdict = judged_slots(apart)
     assert host_of(token) == "hostC"
     kinds = [(host_of(e.token), e.kind) for e in journal]
     # hostB's last word in Redis is letting the lock go; nothing of it lands after.
