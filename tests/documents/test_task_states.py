@@ -99,8 +99,17 @@ def test_failed_skipped_and_superseded_deliveries_show_as_such_in_celery_events(
 
         # A copy whose worker froze past its heartbeat: the leader hands the document on, and
         # the thawed copy's result is dropped.
-        stack.start_worker("w2", concurrency=1)
-        events.app.control.enable_events()  # w2 started after the first broadcast (as Flower)
+        w2 = stack.start_worker("w2", concurrency=1)
+        # w2 started after the first broadcast: Flower's broadcast again, until w2 has taken
+        # it (a broadcast sent before w2 consumes its control queue is lost to it, and it
+        # would run the handed-on copy without sending its events).
+        wait_until(lambda: " ready." in w2.log(), timeout=60, what="w2 is ready")
+
+        def w2_sends_events() -> bool:
+            events.app.control.enable_events()
+            return "Events of group {task} enabled by remote" in w2.log()
+
+        wait_until(w2_sends_events, timeout=30, interval=1.0, what="w2 sends task events")
         stack.start_elected_beat("b1")
         frozen = client.submit(sample_text(3) + "\n#!canary:work-seconds=6\n")
         first = wait_until(lambda: stack.query(

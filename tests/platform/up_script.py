@@ -28,12 +28,14 @@ def up_env(tmp_path: Path, **overrides: str) -> dict[str, str]:
 
 @contextmanager
 def platform_up(tmp_path: Path, env: dict[str, str], *, timeout: float = 180,
-                log_name: str = "up.log",
+                log_name: str = "up.log", netns: str | None = None,
                 ) -> Iterator[tuple[subprocess.Popen, Callable[[], str]]]:
-    """Start platform/up, wait for "running", yield (the script, its output so far); stop
+    """Start platform/up (inside network namespace ``netns`` if given: a host of
+    tests/netns.py), wait for "running", yield (the script, its output so far); stop
     whatever is left afterwards."""
     log = open(tmp_path / log_name, "w")
-    up = subprocess.Popen(["bash", "platform/up"], cwd=ROOT, env=env, stdout=log,
+    inside = ["ip", "netns", "exec", netns] if netns else []
+    up = subprocess.Popen([*inside, "bash", "platform/up"], cwd=ROOT, env=env, stdout=log,
                           stderr=subprocess.STDOUT, start_new_session=True)
     output = lambda: (tmp_path / log_name).read_text()  # noqa: E731
     try:
