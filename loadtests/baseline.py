@@ -32,7 +32,7 @@ to loadtests/baseline.json under the configuration's name. Without it each figur
 as a ratio to the stored baseline and flagged REGRESSED when its median is worse by more than
 ``NOISE_SIGMAS`` standard errors of the difference of the two medians (see ``threshold``); the exit
 status is 1 if any figure regressed, 2 for a usage error. A plot of the ratios goes to
-loadtests/results/baseline_<config>.png. Measured on a shared, loaded machine unless said.
+loadtests/results/baseline_<config>.png. How busy the machine was is stored with the figures.
 
 --before DIR names another checkout of the platform (the code before a change, e.g. from
 ``git archive``): each trial is run from DIR and from this checkout back to back, and this
@@ -63,7 +63,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from loadtests.ceiling import ENV as THROUGHPUT_ENV  # noqa: E402
-from loadtests.ceiling import SUBMITTERS, submit_all  # noqa: E402
+from loadtests.ceiling import (  # noqa: E402
+    SUBMITTERS,
+    WEB_ARGS,  # noqa: E402
+    submit_all,
+)
 from loadtests.common import new_figure, progress, save_figure, summary  # noqa: E402
 
 BASELINE = Path(__file__).resolve().parent / "baseline.json"
@@ -140,7 +144,7 @@ def run_trial(work: Path, template: Path, config: str, trial: int, docs: int,
         workers = {f"w{i}": stack.start_worker(f"w{i}", concurrency=shape.concurrency)
                    for i in range(1, shape.celery_workers + 1)}
         beats = [stack.start_elected_beat(f"b{i}") for i in range(1, shape.beats + 1)]
-        web = stack.start_web(workers=shape.web_workers)
+        web = stack.start_web(workers=shape.web_workers, uvicorn_args=WEB_ARGS)
         clients = [web.session() for _ in range(SUBMITTERS)]
         finished = lambda: int(stack.query(FINISHED_SQL)[0]["n"])  # noqa: E731
         row: dict[str, float] = {"load_average_1m": os.getloadavg()[0]}
@@ -319,7 +323,9 @@ def plot(rows: list[dict[str, Any]], title: str, name: str) -> Path:
     return save_figure(fig, name)
 
 
-def machine() -> dict[str, Any]:
+def machine(load_1m: list[float]) -> dict[str, Any]:
+    """The host, and how busy it was by the trials' own 1-minute load averages: measured, not
+    assumed (a load average above the cores means the trials queued for a CPU)."""
     model = ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -332,7 +338,16 @@ def machine() -> dict[str, Any]:
     return {"host": socket.gethostname(), "cpu": model, "cores": os.cpu_count(),
             "memory_gib": round(mem_kb / 2**20, 1), "kernel": platform.release(),
             "python": platform.python_version(),
-            "note": "shared with four other engineers' test runs: loaded"}
+            "note": load_note(load_1m)}
+
+
+def load_note(load_1m: list[float]) -> str:
+    if not load_1m:
+        return "load not measured"
+    cores = os.cpu_count() or 1
+    busy = "loaded" if max(load_1m) > cores else "quiet"
+    return (f"{busy}: 1-minute load average {min(load_1m):.1f}-{max(load_1m):.1f} "
+            f"over the trials, {cores} cores")
 
 
 # --- command -------------------------------------------------------------------------------
@@ -348,7 +363,8 @@ def report(stored: dict[str, Any], db: str = "sqlite") -> int:
         return 2
     rows = compare(configs[single]["figures"], configs[full]["figures"])
     print_comparison(rows, f"{full} (as shipped) against {single} (before the retrofit), stored")
-    title = f"Full platform vs single worker, {db} (shared, loaded machine)"
+    title = (f"Full platform vs single worker, {db} "
+             f"({configs[full].get('machine', {}).get('note', 'load not stored')})")
     print(f"wrote {plot(rows, title, f'baseline_full_vs_single_{db}')}")
     return 1 if any(r["regressed"] for r in rows) else 0
 
@@ -420,7 +436,8 @@ def main() -> int:
             "config": config, "db": args.db, "shape": CONFIGS[config].__dict__,
             "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "trials": args.trials, "docs": args.docs, "interleaved_with": configs,
-            "machine": machine(), "load_average_before": load_before,
+            "machine": machine([t["load_average_1m"] for t in trials[config]]),
+            "load_average_before": load_before,
             "load_average_after": load_after,
             "load_average_1m_per_trial": [t["load_average_1m"] for t in trials[config]],
             "figures": figures_of(trials[config]),
@@ -435,7 +452,7 @@ def main() -> int:
             rows = compare(stored["configs"][against]["figures"], current["figures"])
             title = f"{name} now against the stored {against} baseline"
             print_comparison(rows, title)
-            png = plot(rows, title + " (shared, loaded machine)", f"baseline_{name}")
+            png = plot(rows, f"{title} ({current['machine']['note']})", f"baseline_{name}")
             print(f"wrote {png}")
             status = max(status, 1 if any(r["regressed"] for r in rows) else 0)
         if args.write:
@@ -487,7 +504,8 @@ def compare_code(args: argparse.Namespace, configs: list[str], before: Path) -> 
         name = stored_name(config, args.db)
         title = f"{name}: this code against the code before ({before.name}), interleaved"
         print_comparison(rows, title)
-        png = plot(rows, title + " (shared, loaded machine)", f"baseline_{name}_vs_before")
+        load = [t["load_average_1m"] for code in codes for t in trials[(config, code)]]
+        png = plot(rows, f"{title} ({load_note(load)})", f"baseline_{name}_vs_before")
         print(f"wrote {png}")
         status = max(status, 1 if any(r["regressed"] for r in rows) else 0)
     return status

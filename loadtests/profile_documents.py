@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loadtests.ceiling import ENV, SUBMITTERS, WEB_WORKERS, submit_all  # noqa: E402
+from loadtests.ceiling import ENV, SUBMITTERS, WEB_ARGS, WEB_WORKERS, submit_all  # noqa: E402
 from loadtests.common import RESULTS, progress  # noqa: E402
 from tests.procs import Client, Stack, make_template_db, wait_until  # noqa: E402
 
@@ -76,7 +76,7 @@ def main() -> None:
     try:
         workers = [stack.start_worker(f"c{i}", concurrency=1)
                    for i in range(1, args.workers + 1)]
-        web = stack.start_web(workers=WEB_WORKERS)
+        web = stack.start_web(workers=WEB_WORKERS, uvicorn_args=WEB_ARGS)
         clients = [Client.login(web.base, "tester", "tester-password-1")
                    for _ in range(SUBMITTERS)]
         submit_all(clients, 12, "warm-up")

@@ -28,7 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tests.procs  # noqa: E402
-from loadtests.ceiling import ENV, FINISHED_SQL, WEB_WORKERS, code_at  # noqa: E402
+from loadtests.ceiling import ENV, FINISHED_SQL, WEB_ARGS, WEB_WORKERS, code_at  # noqa: E402
 from loadtests.common import progress, save_json, summary  # noqa: E402
 from tests.procs import Client, Stack, make_template_db, wait_until  # noqa: E402
 
@@ -42,7 +42,7 @@ def run_one(work: Path, template: Path, name: str, rate: float, seconds: float,
     try:
         for i in range(1, workers + 1):
             stack.start_worker(f"c{i}", concurrency=1)
-        web = stack.start_web(workers=WEB_WORKERS)
+        web = stack.start_web(workers=WEB_WORKERS, uvicorn_args=WEB_ARGS)
         free: list[Client] = [Client.login(web.base, "tester", "tester-password-1")
                               for _ in range(CLIENTS)]
         lock = threading.Lock()

@@ -34,6 +34,16 @@ def test_every_task_gets_the_durable_policy():
     assert transport["unacked_key"] == "unacked" and transport["unacked_restore_limit"] == 10
 
 
+def test_one_backend_serves_every_thread():
+    # Under ASGI each request's sync code runs in a new thread; apply_async must not build a
+    # backend in each (issue 20's profile).
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        in_a_thread = pool.submit(lambda: app.backend).result()
+    assert in_a_thread is app.backend
+
+
 def test_every_project_task_has_a_declared_name_and_queue():
     # Asked of a fresh interpreter, as a worker sees it (pytest-celery registers test tasks here).
     script = ("from celery_conf import app; app.loader.import_default_modules(); "

@@ -49,3 +49,13 @@ def test_tree_cpu_counts_a_child_that_has_exited() -> None:
     finally:
         parent.kill()
         parent.wait()
+
+
+def test_the_benchmarks_start_the_web_as_every_shipped_unit_does() -> None:
+    # The figures are for the parser customers run (h11, ADR 20), not uvicorn's default.
+    from loadtests.ceiling import WEB_ARGS
+    from tests.procs import ROOT
+
+    shipped = " ".join(WEB_ARGS)
+    for unit in ("platform/supervisord.conf", "platform/systemd/platform-web.service"):
+        assert shipped in (ROOT / unit).read_text(), unit
