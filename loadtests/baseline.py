@@ -68,7 +68,13 @@ from loadtests.ceiling import (  # noqa: E402
     WEB_ARGS,  # noqa: E402
     submit_all,
 )
-from loadtests.common import new_figure, progress, save_figure, summary  # noqa: E402
+from loadtests.common import (  # noqa: E402
+    load_note,
+    new_figure,
+    progress,
+    save_figure,
+    summary,
+)
 
 BASELINE = Path(__file__).resolve().parent / "baseline.json"
 # A figure regresses when its median is worse than the baseline's by more than this many
@@ -339,15 +345,6 @@ def machine(load_1m: list[float]) -> dict[str, Any]:
             "memory_gib": round(mem_kb / 2**20, 1), "kernel": platform.release(),
             "python": platform.python_version(),
             "note": load_note(load_1m)}
-
-
-def load_note(load_1m: list[float]) -> str:
-    if not load_1m:
-        return "load not measured"
-    cores = os.cpu_count() or 1
-    busy = "loaded" if max(load_1m) > cores else "quiet"
-    return (f"{busy}: 1-minute load average {min(load_1m):.1f}-{max(load_1m):.1f} "
-            f"over the trials, {cores} cores")
 
 
 # --- command -------------------------------------------------------------------------------

@@ -31,8 +31,8 @@ writer): their rate is the installation's ceiling. Writes loadtests/results/ceil
 --before DIR names another checkout of the platform (the code before a change, e.g. from
 ``git archive``): every run is made twice, once with the processes started from DIR and once
 from this checkout, back to back, so both meet the same load from other work on the machine.
-Measured on a shared, loaded 2-core machine: the per-document costs travel, the absolute
-throughput does not.
+Measured on a 2-core machine, its load averages stored with the results: the per-document
+costs travel, the absolute throughput does not.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ import tests.procs  # noqa: E402
 from celery_conf.names import Queue  # noqa: E402
 from celery_conf.policy import queue_lists  # noqa: E402
 from loadtests.common import (  # noqa: E402
+    load_note,
     new_figure,
     progress,
     save_figure,
@@ -401,21 +402,31 @@ def connection_cost(server: Any) -> dict[str, float]:
 
 
 def plot(rows: list[dict[str, Any]], engines: list[dict[str, Any]], name: str,
-         before: list[dict[str, Any]] | None = None) -> Path:
+         before: list[dict[str, Any]] | None = None, load: list[float] | None = None) -> Path:
+    loads = f", 1-minute load average {min(load):.1f}-{max(load):.1f}" if load else ""
     fig, (left, right) = new_figure(
-        "Document path: cost per document and throughput (shared, loaded 2-core machine)",
-        ncols=2)
+        f"Document path: cost per document and throughput ({os.cpu_count()}-core machine"
+        f"{loads})", ncols=2)
+    # Left: CPU per document stacked by component (the code before beside it, if measured),
+    # the benchmark's own clients on top, and the database beside.
+    bars = [(f"{e['engine']}\nbefore", e) for e in before or []] + [
+        (f"{e['engine']}\nnow" if before else e["engine"], e) for e in engines]
     comps = [("web", "web_cpu_ms", "#2a9d8f"), ("Celery worker", "worker_cpu_ms", "#e76f51"),
              ("Redis", "redis_cpu_ms", "#e63946")]
-    x = list(range(len(engines)))
-    width = 0.8 / (len(comps) + 1)
-    for i, (label, key, color) in enumerate(comps):
-        left.bar([j + i * width for j in x], [e["costs"][key] for e in engines], width,
-                 label=f"{label} CPU", color=color)
-    db_vals = [e["costs"].get("db_writer_ms", e["costs"].get("db_cpu_ms")) for e in engines]
-    left.bar([j + len(comps) * width for j in x], db_vals, width, color="#457b9d",
-             label="database (SQLite: writer held; PostgreSQL: CPU)")
-    left.set_xticks([j + 1.5 * width for j in x], [e["engine"] for e in engines])
+    for i, (_, e) in enumerate(bars):
+        bottom = 0.0
+        for label, key, color in comps:
+            left.bar(i, e["costs"][key], 0.35, bottom=bottom, color=color,
+                     label=f"{label} CPU" if i == 0 else None)
+            bottom += e["costs"][key]
+        harness = e.get("harness_cpu_ms_per_doc", 0.0)
+        left.bar(i, harness, 0.35, bottom=bottom, color="#bbbbbb", hatch="//",
+                 label="the benchmark's clients and meters (same cores)" if i == 0 else None)
+        left.text(i, bottom + harness, f"{bottom:.1f}", ha="center", va="bottom", fontsize=7)
+        left.bar(i + 0.38, e["costs"].get("db_writer_ms", e["costs"].get("db_cpu_ms")), 0.35,
+                 color="#457b9d",
+                 label="database (SQLite: writer held; PostgreSQL: CPU)" if i == 0 else None)
+    left.set_xticks([i + 0.19 for i in range(len(bars))], [label for label, _ in bars])
     left.set_ylabel("ms per document")
     left.legend(fontsize=7)
     for e, color in zip(engines, ("#264653", "#8338ec"), strict=False):
@@ -424,17 +435,18 @@ def plot(rows: list[dict[str, Any]], engines: list[dict[str, Any]], name: str,
                    marker="o", linestyle="none", color=color,
                    label=f"{e['engine']}: measured end to end (each run)")
         by = e["throughput_by_workers"]
-        right.plot(list(by), list(by.values()), color=color)
+        right.plot([int(k) for k in by], list(by.values()), color=color)
         right.axhline(e["first_limit_docs_s"], color=color, linestyle="--",
                       label=f"{e['engine']} ceiling: {e['first_limit']} "
                             f"{e['first_limit_docs_s']:.0f}/s")
         cores = os.cpu_count() or 1
-        right.axhline(cores * e["one_box_docs_s_per_core"], color=color, linestyle=":",
-                      label=f"{e['engine']}: this box's {cores} cores / CPU per document "
-                            f"{cores * e['one_box_docs_s_per_core']:.0f}/s")
+        box = e.get("this_box_docs_s", cores * e["one_box_docs_s_per_core"])
+        right.axhline(box, color=color, linestyle=":",
+                      label=f"{e['engine']}: this box's {cores} cores / CPU per document, "
+                            f"clients included: {box:.0f}/s")
     for e, color in zip(before or [], ("#264653", "#8338ec"), strict=False):
         by = e["throughput_by_workers"]
-        right.plot(list(by), list(by.values()), color=color, alpha=0.4, linestyle="-.",
+        right.plot([int(k) for k in by], list(by.values()), color=color, alpha=0.4, linestyle="-.",
                    marker="x", label=f"{e['engine']}: the code before (--before), median")
     right.set_xticks(sorted({r["workers"] for r in rows}))
     right.set_xlabel("Celery worker processes (-c 1 each)")
@@ -531,15 +543,16 @@ def main() -> None:
         print(f"  first limit: {e['first_limit']} at {e['first_limit_docs_s']:,.0f} docs/s; "
               f"measured end to end by workers: "
               + ", ".join(f"{k}: {v:.1f}/s" for k, v in e["throughput_by_workers"].items()))
-    data = {"args": vars(args), "cores": os.cpu_count(),
-            "machine": "2 cores, shared with four other engineers' test runs (loaded)",
-            "load_average_before": load_before, "load_average_after": os.getloadavg(),
+    load_after = os.getloadavg()
+    loads = [load_before[0], load_after[0]]
+    data = {"args": vars(args), "cores": os.cpu_count(), "machine": load_note(loads),
+            "load_average_before": load_before, "load_average_after": load_after,
             "codes": {k: str(v) for k, v in codes.items()},
             "engines": result, "runs": rows}
     print(f"wrote {save_json(args.output, data)}")
     now = [e for e in result if e["code"] == "now"]
     before = [e for e in result if e["code"] == "before"]
-    print(f"wrote {plot([r for r in rows if r['code'] == 'now'], now, args.output, before)}")
+    print(f"wrote {plot([r for r in rows if r['code'] == 'now'], now, args.output, before, loads)}")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 import time
@@ -59,3 +60,13 @@ def save_figure(fig, name: str) -> Path:  # type: ignore[no-untyped-def]
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return path
+
+
+def load_note(load_1m: list[float]) -> str:
+    """How busy the machine was, from load averages measured during the run, not assumed."""
+    if not load_1m:
+        return "load not measured"
+    cores = os.cpu_count() or 1
+    busy = "loaded" if max(load_1m) > cores else "quiet"
+    return (f"{busy}: 1-minute load average {min(load_1m):.1f}-{max(load_1m):.1f} "
+            f"during the run, {cores} cores")

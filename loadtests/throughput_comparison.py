@@ -38,11 +38,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import tests.procs  # noqa: E402
 from celery_conf.policy import queue_lists  # noqa: E402
 from loadtests.common import new_figure, progress, save_figure, save_json  # noqa: E402
 from tests.procs import (  # noqa: E402
     BIN,
-    ROOT,
     Client,
     Proc,
     Stack,
@@ -121,7 +121,8 @@ def run_producer(stack: Stack, config: Config, count: int) -> dict[str, float]:
     out = subprocess.run(
         [sys.executable, __file__, "--produce", config.app, "--tasks", str(count)]
         + (["--sent-events"] if config.events == "on" else []),
-        cwd=ROOT, env=env_for(stack, config), capture_output=True, text=True, timeout=600)
+        cwd=tests.procs.ROOT, env=env_for(stack, config), capture_output=True, text=True,
+        timeout=600)
     if out.returncode != 0:
         raise RuntimeError(f"producer failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -168,7 +169,8 @@ def start_flower(stack: Stack, config: Config) -> str | None:
     if config.events not in ("flower", "flower-idle"):
         return None
     port = free_port()
-    proc = spawn("flower", [sys.executable, str(ROOT / "manage.py"), "flower",
+    # The checkout the Stack runs now (loadtests/ceiling.py code_at), read at each start.
+    proc = spawn("flower", [sys.executable, str(tests.procs.ROOT / "manage.py"), "flower",
                             "--address", "127.0.0.1", "--port", str(port)],
                  env=env_for(stack, config), log_dir=stack.log_dir)
     stack.procs.append(proc)
