@@ -1,8 +1,8 @@
 """Serves the server-sent-event endpoints before Django's handler, so an open stream is nearly free.
 
-Django's ASGI handler runs every request in its own thread-sensitive context: the first sync
-step (session middleware, the ORM) starts a thread that lives, with its database connection,
-until the response ends; for a stream, as long as the tab is open. Here a stream request is
+Django runs every request on a thread (apps/django_pool.py; under Django's ASGI handler, a
+thread of its own) that is held, with its database connection, until the response ends; for
+a stream, as long as the tab is open. Here a stream request is
 authenticated from its session cookie in a small shared thread pool (the database connection
 is closed before the thread is returned), and from then on it is a coroutine on the event loop
 and nothing else. Every other request goes to Django unchanged.

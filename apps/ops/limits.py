@@ -1,10 +1,11 @@
 """An ASGI middleware that refuses an oversized request body before Django reads any of it.
 
-Django's ASGI handler spools the whole body to memory or a temporary file before any Django
-middleware or view runs, so a limit in Django comes too late: a 50 MB upload would already be
-on disk. This sits in front: a declared Content-Length over the limit is refused at once, and
-a chunked body is counted as it streams and cut off the moment it passes the limit. Either
-way the answer is the same JSON 413 the document endpoints give.
+The web reads the whole body into memory or a temporary file before any Django middleware or
+view runs (apps/django_pool.py, as Django's ASGI handler did), so a limit in Django comes too
+late: a 50 MB upload would already be on disk. This sits in front: a declared Content-Length
+over the limit is refused at once, and a chunked body is counted as it streams and cut off
+the moment it passes the limit. Either way the answer is the same JSON 413 the document
+endpoints give.
 """
 
 from __future__ import annotations

@@ -316,6 +316,10 @@ STREAM_ENDPOINTS = {
     "/api/notifications/stream/": "apps.notifications.streams.notifications_stream",
     "/api/telemetry/stream/": "apps.telemetry.streams.telemetry_stream_endpoint",
 }
+# Threads per web worker that run Django's requests (apps/django_pool.py): at most this many
+# at once per process; more wait for a free thread. Above DATABASE_WEB_POOL_SIZE, so a request
+# waiting for a pooled connection (and its 503) never holds the others back.
+WEB_REQUEST_THREADS = env_int("WEB_REQUEST_THREADS", 16)
 # Threads per web worker that authenticate new streams (one or two indexed reads each): a
 # reconnect storm queues here instead of starting a thread per stream.
 STREAMS_AUTH_THREADS = env_int("STREAMS_AUTH_THREADS", 2)

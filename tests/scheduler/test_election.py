@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 import pytest
 
 from scheduler.lease import read_journal
+from scheduler.outbox import OUTBOX_KEY
 from tests.procs import Proc, Stack, wait_until
 from tests.scheduler.beats import (
     BEAT_ENV,
@@ -180,9 +181,13 @@ def test_twenty_failovers_in_a_row(make_stack, measure):
     for n in range(FAILOVERS):
         # The leader has published a slot of every job before it dies. Killed after its first
         # publish only, it may die between two jobs' slots of the same tick, and consecutive
-        # handovers then add up to one gap that no single handover explains.
-        wait_until(lambda: fired_jobs(beats, token) >= set(EVERY), timeout=15,  # noqa: B023
-                   what=f"leader {n} fires a slot of every job")
+        # handovers then add up to one gap that no single handover explains. "Fired" is the
+        # decision; the message follows from the outbox (scheduler/outbox.py). Killed between
+        # the two every time, each leader would leave its slots to a successor that is killed
+        # the same way, until they are older than the backfill window: wait for the publish.
+        wait_until(lambda: fired_jobs(beats, token) >= set(EVERY)  # noqa: B023
+                   and stack.redis.client().llen(OUTBOX_KEY) == 0, timeout=15,
+                   what=f"leader {n} fires and publishes a slot of every job")
         leader = leader_proc(beats, token)
         killed_at = time.time()
         leader.signal(signal.SIGKILL, group=True)
