@@ -7,7 +7,7 @@ behind it is sync (event streams are served before it, apps/stream_front.py), so
 loop buys nothing there. Here the whole request, middleware and view, is one WSGI call
 (PEP 3333, Django's ``get_wsgi_application``) on one of a fixed set of threads: one hop there,
 one back, and the threads, with what Django and Celery keep per thread, are reused
-(adr/0043, second amendment: 20 % of the web's CPU per submit).
+(adr/0045: 0.8-1.6 ms less web CPU per submit, of 6.7-7.9).
 
 What Django's ASGI handler did, this does too:
 - the body is read before Django runs, spooled to a file past ``FILE_UPLOAD_MAX_MEMORY_SIZE``
