@@ -32,7 +32,8 @@ from apps.transactions import unsynced_commits
 from celery_conf.liveness import run_alive, worker_heartbeat
 from celery_conf.queues import QUEUED_AT_HEADER
 
-from .models import Document, DocumentFact, DocumentRun
+from . import statements
+from .models import Document, DocumentRun
 from .processing import (
     PermanentProcessingError,
     ProcessingResult,
@@ -207,25 +208,22 @@ def _claim_once(
             _announce(**announce, state=State.FAILED)
         return Outcome.FAILED
     token = uuid.uuid4()
-    run = DocumentRun(document_id=document_id, task_id=task_id, worker=worker,
-                      worker_pid=worker_pid, pid=pid, redelivered=redelivered)
+    write = statements.claim_write(
+        document_id=document_id, as_read=row, token=token, worker=worker,
+        # Higher in the message: the row was restored from an older backup.
+        generation=max(row["generation"], generation or 0),
+        task_id=task_id, worker_pid=worker_pid, pid=pid, redelivered=redelivered, now=now)
     # Not flushed at its commit (apps/transactions.py): a crash that loses the claim loses
     # everything after it too (the finish commits through the same log, flushed), and puts
     # the row back as it was before, queued or held by a dead run, which the recovery hands
-    # on; the message is acked only after the finish. One flush per document saved.
+    # on; the message is acked only after the finish. One flush per document saved. The
+    # statements are prepared above: inside, no Python but their execution (statements.py).
     with unsynced_commits(), transaction.atomic():
-        if not as_read.update(
-                state=State.PROCESSING, claim_token=token, starts=row["starts"] + 1,
-                processed_by=worker, retry_at=None, updated_at=now,
-                # Higher in the message: the row was restored from an older backup.
-                generation=max(row["generation"], generation or 0)):
+        run_id = statements.claim(write)
+        if run_id is None:
             return None
-        # Runs still marked running belong to a process that died: this claim supersedes them.
-        DocumentRun.objects.filter(document_id=document_id, outcome=Outcome.RUNNING).update(
-            outcome=Outcome.SUPERSEDED, finished_at=now, detail="claim taken by a later run")
-        run.save(force_insert=True)
         _announce(**announce, state=State.PROCESSING)
-    return Claim(token=token, run_id=run.pk, content=row["content"],
+    return Claim(token=token, run_id=run_id, content=row["content"],
                  owner_id=row["owner_id"], title=row["title"])
 
 
@@ -288,24 +286,13 @@ def _close_run(claim: Claim, outcome: str, detail: str = "") -> None:
 
 
 def _finish_done(document_id: int, claim: Claim, result: ProcessingResult) -> str:
-    now = timezone.now()
-    facts = [DocumentFact(document_id=document_id, kind=kind, value=value)
-             for kind, value in result.facts]
+    write = statements.done_write(
+        document_id=document_id, token=claim.token, run_id=claim.run_id,
+        summary=result.summary, word_count=result.word_count, facts=result.facts,
+        now=timezone.now())
     with transaction.atomic():
-        won = _fenced(document_id, claim).update(
-            state=State.DONE,
-            summary=result.summary,
-            word_count=result.word_count,
-            failure_reason="",
-            claim_token=None,
-            finished_at=now,
-            updated_at=now,
-        )
-        if not won:
-            _close_run(claim, Outcome.SUPERSEDED, "result dropped: the claim had moved on")
+        if not statements.finish_done(write):
             return Outcome.SUPERSEDED
-        DocumentFact.objects.bulk_create(facts)
-        _close_run(claim, Outcome.DONE)
         _announce(document_id=document_id, owner_id=claim.owner_id, title=claim.title,
                   word_count=result.word_count, state=State.DONE)
     return Outcome.DONE

@@ -1,0 +1,173 @@
+"""The claim's and the finish's writes as SQL: no Python between BEGIN and COMMIT.
+
+A claim and a finish each write three statements in one transaction, and on SQLite that
+transaction holds the database's one write lock from its BEGIN (``IMMEDIATE``) to the end of
+its commit. Through the ORM each statement was built inside that window, about a tenth of a
+millisecond of Python each; and a process the kernel takes off the CPU there (two cores,
+a dozen processes) keeps every other writer waiting for its time slice, more often the more
+processes share the cores (adr/0043). Here each statement's text is built once, from the
+models' own table and column names (``Model._meta``), and its parameters are converted by
+the fields themselves (``Field.get_db_prep_value``, as the ORM converts them) before the
+transaction opens; inside it, only ``cursor.execute``: Django's documented way to run SQL
+(https://docs.djangoproject.com/en/5.2/topics/db/sql/#executing-custom-sql-directly), the
+same text on SQLite and PostgreSQL (``INSERT ... RETURNING``: SQLite 3.35 or later).
+The rarer writes (a failure, a retry, too many starts) stay in the ORM (services.py).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connection
+from django.db.models import Model
+
+from .models import Document, DocumentFact, DocumentRun
+
+if sqlite3.sqlite_version_info < (3, 35):  # RETURNING; Debian 12 has 3.40
+    raise ImproperlyConfigured(f"SQLite 3.35 or later is needed, found {sqlite3.sqlite_version}")
+
+# Plain strings: a driver may send an Enum member by its name (psycopg does).
+PROCESSING, DONE = str(Document.State.PROCESSING), str(Document.State.DONE)
+RUNNING, FINISHED, SUPERSEDED = (str(DocumentRun.Outcome.RUNNING),
+                                 str(DocumentRun.Outcome.DONE),
+                                 str(DocumentRun.Outcome.SUPERSEDED))
+SUPERSEDED_DETAIL = "claim taken by a later run"
+DROPPED_DETAIL = "result dropped: the claim had moved on"
+
+
+def _q(name: str) -> str:
+    return f'"{name}"'  # standard SQL quoting, the same on SQLite and PostgreSQL
+
+
+def _table(model: type[Model]) -> str:
+    return _q(model._meta.db_table)
+
+
+def _col(model: type[Model], field: str) -> str:
+    return _q(model._meta.get_field(field).column)
+
+
+def _sets(model: type[Model], fields: tuple[str, ...]) -> str:
+    return ", ".join(f"{_col(model, f)} = %s" for f in fields)
+
+
+def _where(model: type[Model], fields: tuple[str, ...]) -> str:
+    return " AND ".join(f"{_col(model, f)} = %s" for f in fields)
+
+
+def _prep(model: type[Model], fields: tuple[str, ...], values: tuple[Any, ...]) -> list[Any]:
+    """The values as the ORM would send them for these fields (dates, UUIDs per backend)."""
+    meta = model._meta
+    return [meta.get_field(f).get_db_prep_value(v, connection)
+            for f, v in zip(fields, values, strict=True)]
+
+
+# --- the claim: a compare-and-set on the row, the dead runs superseded, the new run --------
+CLAIM_SET = ("state", "claim_token", "starts", "processed_by", "retry_at", "updated_at",
+             "generation")
+CLAIM_WHERE = ("id", "state", "generation", "starts")
+SUPERSEDE_SET = ("outcome", "finished_at", "detail")
+SUPERSEDE_WHERE = ("document", "outcome")
+RUN_COLUMNS = ("document", "task_id", "worker", "worker_pid", "pid", "redelivered", "outcome",
+               "started_at", "detail")
+# --- the finish: the row done if the claim is still this run's, its facts, the run closed --
+DONE_SET = ("state", "summary", "word_count", "failure_reason", "claim_token", "finished_at",
+            "updated_at")
+FENCE_WHERE = ("id", "state", "claim_token")
+FACT_COLUMNS = ("document", "kind", "value")
+CLOSE_SET = ("outcome", "finished_at", "detail")
+
+
+_RUN_COLS = ", ".join(_col(DocumentRun, f) for f in RUN_COLUMNS)
+_FACT_COLS = ", ".join(_col(DocumentFact, f) for f in FACT_COLUMNS)
+CLAIM_SQL = (f"UPDATE {_table(Document)} SET {_sets(Document, CLAIM_SET)} "
+             f"WHERE {_where(Document, CLAIM_WHERE)}")
+SUPERSEDE_SQL = (f"UPDATE {_table(DocumentRun)} SET {_sets(DocumentRun, SUPERSEDE_SET)} "
+                 f"WHERE {_where(DocumentRun, SUPERSEDE_WHERE)}")
+RUN_SQL = (f"INSERT INTO {_table(DocumentRun)} ({_RUN_COLS}) "
+           f"VALUES ({', '.join(['%s'] * len(RUN_COLUMNS))}) RETURNING {_col(DocumentRun, 'id')}")
+DONE_SQL = (f"UPDATE {_table(Document)} SET {_sets(Document, DONE_SET)} "
+            f"WHERE {_where(Document, FENCE_WHERE)}")
+FACT_SQL = (f"INSERT INTO {_table(DocumentFact)} ({_FACT_COLS}) "
+            f"VALUES ({', '.join(['%s'] * len(FACT_COLUMNS))})")
+CLOSE_SQL = (f"UPDATE {_table(DocumentRun)} SET {_sets(DocumentRun, CLOSE_SET)} "
+             f"WHERE {_col(DocumentRun, 'id')} = %s")
+
+
+@dataclass(frozen=True)
+class ClaimWrite:
+    claim: list[Any]
+    supersede: list[Any]
+    run: list[Any]
+
+
+def claim_write(*, document_id: int, as_read: dict[str, Any], token: uuid.UUID, worker: str,
+                generation: int, task_id: str, worker_pid: int, pid: int, redelivered: bool,
+                now: datetime) -> ClaimWrite:
+    """The claim's parameters, prepared before its transaction opens. ``as_read``: the row's
+    ``state``, ``generation`` and ``starts`` when it was judged."""
+    return ClaimWrite(
+        claim=_prep(Document, CLAIM_SET + CLAIM_WHERE, (
+            PROCESSING, token, as_read["starts"] + 1, worker, None, now, generation,
+            document_id, as_read["state"], as_read["generation"], as_read["starts"])),
+        supersede=_prep(DocumentRun, SUPERSEDE_SET, (SUPERSEDED, now,
+                                                      SUPERSEDED_DETAIL))
+        + [document_id, RUNNING],
+        run=[document_id, *_prep(DocumentRun, RUN_COLUMNS[1:], (
+            task_id, worker, worker_pid, pid, redelivered, RUNNING, now, ""))],
+    )
+
+
+def claim(write: ClaimWrite) -> int | None:
+    """Inside the caller's transaction: the new run's id, or None if the row moved since it
+    was read (nothing written)."""
+    with connection.cursor() as cursor:
+        cursor.execute(CLAIM_SQL, write.claim)
+        if cursor.rowcount != 1:
+            return None
+        # Runs still marked running belong to a process that died: this claim supersedes them.
+        cursor.execute(SUPERSEDE_SQL, write.supersede)
+        cursor.execute(RUN_SQL, write.run)
+        return int(cursor.fetchone()[0])
+
+
+@dataclass(frozen=True)
+class DoneWrite:
+    done: list[Any]
+    facts: list[list[Any]]
+    close_done: list[Any]
+    close_dropped: list[Any]
+
+
+def done_write(*, document_id: int, token: uuid.UUID, run_id: int, summary: str,
+               word_count: int, facts: list[tuple[str, str]], now: datetime) -> DoneWrite:
+    """The finish's parameters, prepared before its transaction opens."""
+    return DoneWrite(
+        done=_prep(Document, DONE_SET + FENCE_WHERE, (
+            DONE, summary, word_count, "", None, now, now,
+            document_id, PROCESSING, token)),
+        facts=[[document_id, *_prep(DocumentFact, FACT_COLUMNS[1:], (kind, value))]
+               for kind, value in facts],
+        close_done=_prep(DocumentRun, CLOSE_SET, (FINISHED, now, "")) + [run_id],
+        close_dropped=_prep(DocumentRun, CLOSE_SET, (SUPERSEDED, now, DROPPED_DETAIL))
+        + [run_id],
+    )
+
+
+def finish_done(write: DoneWrite) -> bool:
+    """Inside the caller's transaction: the row done, its facts and the run closed, if the
+    claim is still this run's (True); else only the run, closed as superseded (False)."""
+    with connection.cursor() as cursor:
+        cursor.execute(DONE_SQL, write.done)
+        if cursor.rowcount != 1:
+            cursor.execute(CLOSE_SQL, write.close_dropped)
+            return False
+        if write.facts:
+            cursor.executemany(FACT_SQL, write.facts)
+        cursor.execute(CLOSE_SQL, write.close_done)
+        return True
