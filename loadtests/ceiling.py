@@ -1,7 +1,7 @@
 """Where the ceiling is: the cost of one document in each component, and what limits first.
 
     .venv/bin/python loadtests/ceiling.py [--docs 200] [--workers 1,2,4] [--db sqlite,postgres]
-        [--repeats 2] [--before DIR]
+        [--repeats 2] [--clients 16] [--before DIR]
 
 The document path as shipped: logged-in clients POST /api/documents/ to uvicorn (2 web
 worker processes), the web worker writes the row and enqueues the task (202), a Celery worker
@@ -16,8 +16,12 @@ For each database and each count of Celery worker processes, one fresh Stack and
    and the 202 latency.
 2. drain: the workers are SIGCONTed and process the queue alone. Per document: Celery CPU
    (main processes and pool children), Redis, database.
-3. end to end: --docs more documents submitted while the workers run; documents done per
-   second from the first submit to the last done, and how busy each component was.
+3. end to end: --docs more documents submitted by --clients clients (16) while the workers
+   run; documents done per second from the first submit to the last done, and how busy each
+   component was. Enough clients to keep the box busy: each waits for its 202 before sending
+   again, so a few clients measure their own round trips, not the box (with 4, documents/s
+   equalled the clients' submit rate whenever 2 or more worker processes ran, and fell as the
+   workers' CPU slowed the web's answers; docs/benchmarks.md).
 
 Database cost: on SQLite, the time the single write lock is held (a probe samples it, see
 loadtests/costs.py) per document: that lock is one per file, whatever the cores. On
@@ -79,6 +83,9 @@ from tests.procs import Client, Proc, Stack, Web, make_template_db, wait_until  
 # The documents queue's lists, one per priority step (celery_conf/policy.py).
 DOCUMENTS_LISTS = queue_lists(str(Queue.DOCUMENTS))
 SUBMITTERS = 4  # concurrent logged-in clients, as in throughput_comparison.py
+# End to end: clients enough that the submitting side is not the limit on this box (a closed
+# loop of 4 was: it measured the 202's round trip, not the documents' rate).
+E2E_CLIENTS = 16
 WEB_WORKERS = 2  # uvicorn worker processes, as shipped (platform/lib.sh WEB_WORKERS)
 # uvicorn's HTTP parser as every shipped unit starts it (ADR 20: h11 caps headers); without
 # it uvicorn picks httptools, 20-30 % cheaper per request, which no customer box runs.
@@ -235,7 +242,7 @@ def wait_finished(db: Database, total: int, what: str) -> float:
 
 
 def run_one(work: Path, template: Path, pg: Any, engine: str, workers: int,
-            docs: int, tag: str = "") -> dict[str, Any]:
+            docs: int, tag: str = "", e2e_clients: int = E2E_CLIENTS) -> dict[str, Any]:
     name = f"{engine}-w{workers}"
     run_dir = f"{name}{tag}"  # a fresh directory: no database file of an earlier run
     stack = new_stack(work, template, pg, engine, run_dir)
@@ -244,17 +251,17 @@ def run_one(work: Path, template: Path, pg: Any, engine: str, workers: int,
         procs = [stack.start_worker(f"c{i}", concurrency=1) for i in range(1, workers + 1)]
         web = stack.start_web(workers=WEB_WORKERS, uvicorn_args=WEB_ARGS)
         clients = [Client.login(web.base, "tester", "tester-password-1")
-                   for _ in range(SUBMITTERS)]
+                   for _ in range(max(SUBMITTERS, e2e_clients))]
         db = Database(stack)
-        expected = db.finished() + WARM_UP_DOCS
-        submit_all(clients, WARM_UP_DOCS, "warm-up")
+        expected = db.finished() + max(WARM_UP_DOCS, len(clients))
+        submit_all(clients, max(WARM_UP_DOCS, len(clients)), "warm-up")
         wait_finished(db, expected, "warm-up documents done")
 
         # 1. queue: nothing consumes, so the web, Redis and database costs are the submit's.
         for p in procs:
             p.signal(signal.SIGSTOP, group=True)
         before = Snapshot(stack, db, web, procs)
-        latencies, _, _ = submit_all(clients, docs, "queued")
+        latencies, _, _ = submit_all(clients[:SUBMITTERS], docs, "queued")
         time.sleep(1.0)  # PostgreSQL publishes a backend's counters when it ends: let them land
         queued = Snapshot(stack, db, web, procs)
         queue_cost = queued.cost(before, db, docs)
@@ -285,7 +292,7 @@ def run_one(work: Path, template: Path, pg: Any, engine: str, workers: int,
         # 3. end to end: submit and process at once.
         start = Snapshot(stack, db, web, procs)
         harness_from = harness_cpu()
-        latencies, first, last_202 = submit_all(clients, docs, "e2e")
+        latencies, first, last_202 = submit_all(clients[:e2e_clients], docs, "e2e")
         expected += docs
         done = wait_finished(db, expected, "end-to-end documents done")
         end = Snapshot(stack, db, web, procs)
@@ -296,6 +303,7 @@ def run_one(work: Path, template: Path, pg: Any, engine: str, workers: int,
         e2e["harness_cpu_ms"] = 1000 * (harness_cpu() - harness_from) / docs
         e2e["harness_cores"] = e2e["harness_cpu_ms"] * e2e["docs_per_s"] / 1000
         e2e["submit_per_s"] = docs / (last_202 - first)
+        e2e["clients"] = e2e_clients
         e2e["latency_ms"] = {k: v * 1000 if k != "n" else v
                              for k, v in summary(latencies).items()}
         progress(f"{name}: e2e    {e2e['docs_per_s']:.1f} docs/s, cores busy: web "
@@ -463,14 +471,18 @@ def main() -> None:
     parser.add_argument("--db", default="sqlite,postgres", help="engines, comma-separated")
     parser.add_argument("--repeats", type=int, default=2,
                         help="runs of every engine and worker count, interleaved")
+    parser.add_argument("--clients", type=int, default=E2E_CLIENTS,
+                        help="clients submitting in the end-to-end phase")
     parser.add_argument("--output", default="ceiling")
     parser.add_argument("--before", type=Path,
                         help="another checkout: every run made from it too, interleaved")
     args = parser.parse_args()
     counts = [int(n) for n in args.workers.split(",") if n]
     engines = [e for e in args.db.split(",") if e]
-    if args.docs < SUBMITTERS or not counts or min(counts) < 1 or args.repeats < 1:
-        parser.error(f"--docs must be >= {SUBMITTERS}, worker counts and --repeats >= 1")
+    if (args.docs < max(SUBMITTERS, args.clients) or not counts or min(counts) < 1
+            or args.repeats < 1 or args.clients < 1):
+        parser.error("--docs must be >= the clients, worker counts, --clients and --repeats "
+                     ">= 1")
     if set(engines) - {"sqlite", "postgres"}:
         parser.error("--db takes sqlite and/or postgres")
     codes = {"now": tests.procs.ROOT}
@@ -502,7 +514,7 @@ def main() -> None:
                                  f"process(es), code {code}: {args.docs} documents x 3 phases")
                         with code_at(root):
                             row = run_one(work, template, pg, engine, n, args.docs,
-                                          tag=f"-{code}-{repeat}")
+                                          tag=f"-{code}-{repeat}", e2e_clients=args.clients)
                         rows.append({**row, "code": code})
         if pg is not None:
             connection = connection_cost(pg.server)
