@@ -165,6 +165,15 @@ if PROCESS_KIND == "worker":
     # Each task's first query runs on a connection checked alive (one round trip on
     # PostgreSQL, nothing on SQLite): after a database restart the dead one is replaced.
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# How long a web process's SQLite connection is kept by the thread that opened it, across
+# requests. Django runs on a fixed pool of WEB_REQUEST_THREADS threads per web process
+# (adr/0045), so that many connections per process at most, each reused; opening one per
+# request cost a file open, Django's SQL functions registered, the pragmas and a read of the
+# schema, for every request. 0: one per request, as before. PostgreSQL's web uses its pool
+# (DATABASE_WEB_POOL_SIZE) instead.
+DATABASE_WEB_SQLITE_CONN_MAX_AGE_S = env_int("DATABASE_WEB_SQLITE_CONN_MAX_AGE_S", 600)
+if PROCESS_KIND == "web" and DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["CONN_MAX_AGE"] = DATABASE_WEB_SQLITE_CONN_MAX_AGE_S
 # SQLite's durability in WAL mode (adr/0014). FULL syncs the WAL at every commit, so a row
 # committed before a 202 survives a power cut; NORMAL syncs only at checkpoints and a power
 # cut can roll back the last commits (https://www.sqlite.org/pragma.html#pragma_synchronous).
