@@ -2,13 +2,14 @@
 
 A claim and a finish each write three statements in one transaction, and on SQLite that
 transaction holds the database's one write lock from its BEGIN (``IMMEDIATE``) to the end of
-its commit. Through the ORM each statement was built inside that window, about a tenth of a
-millisecond of Python each; and a process the kernel takes off the CPU there (two cores,
-a dozen processes) keeps every other writer waiting for its time slice, more often the more
-processes share the cores (adr/0043). Here each statement's text is built once, from the
-models' own table and column names (``Model._meta``), and its parameters are converted by
-the fields themselves (``Field.get_db_prep_value``, as the ORM converts them) before the
-transaction opens; inside it, only ``cursor.execute``: Django's documented way to run SQL
+its commit. Through the ORM each statement was built inside that window (the ORM's
+compilers were 16 % of the worker's Python samples); and a process the kernel takes off the
+CPU there (two cores, a dozen processes) keeps every other writer waiting for its time
+slice, more often the more processes share the cores (adr/0043). Here each statement's text
+is built once, from the models' own table and column names (``Model._meta``), and its
+parameters are converted by the fields themselves (``Field.get_db_prep_value``, as the ORM
+converts them) before the transaction opens; inside it, only ``cursor.execute``: Django's
+documented way to run SQL
 (https://docs.djangoproject.com/en/5.2/topics/db/sql/#executing-custom-sql-directly), the
 same text on SQLite and PostgreSQL (``INSERT ... RETURNING``: SQLite 3.35 or later).
 The rarer writes (a failure, a retry, too many starts) stay in the ORM (services.py).
