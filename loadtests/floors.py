@@ -16,7 +16,7 @@ worker beyond it is in loadtests/ceiling.py's drain phase.
 
 So a document's CPU splits into what any request and any task costs in Django, uvicorn and
 Celery here, and what the platform adds (docs/benchmarks.md, "Where the limit is").
-Writes loadtests/results/floors.json.
+Writes loadtests/results/floors.{json,png}.
 """
 
 from __future__ import annotations
@@ -33,7 +33,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loadtests.ceiling import ENV, SUBMITTERS, WEB_ARGS, WEB_WORKERS  # noqa: E402
-from loadtests.common import load_note, progress, save_json  # noqa: E402
+from loadtests.common import (  # noqa: E402
+    load_note,
+    new_figure,
+    progress,
+    save_figure,
+    save_json,
+)
 from loadtests.costs import tree_cpu  # noqa: E402
 from loadtests.process_width import CONFIGS  # noqa: E402
 from loadtests.process_width import run_one as drain_noop  # noqa: E402
@@ -93,6 +99,25 @@ def web_floors(work: Path, template: Path, count: int, tag: str) -> dict[str, fl
         stack.stop()
 
 
+def plot(floors: dict[str, float], note: str, name: str) -> Path:
+    fig, ax = new_figure(f"CPU per request and per task, {os.cpu_count()} cores")
+    bars = [("web: any request\n(uvicorn, h11,\nmiddleware)", floors["healthz_web_cpu_ms"]),
+            ("web: a logged-in\nAPI call (+ session,\nuser, one SELECT)",
+             floors["logged_in_get_web_cpu_ms"]),
+            ("web: the submit", floors["submit_web_cpu_ms"]),
+            ("worker: any task\n(Celery, the\nplatform's policy)",
+             floors["noop_task_worker_cpu_ms"])]
+    ax.bar(range(len(bars)), [v for _, v in bars],
+           color=["#8ecae6", "#219ebc", "#023047", "#e76f51"])
+    for i, (_, v) in enumerate(bars):
+        ax.text(i, v, f"{v:.2f}", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(bars)), [label for label, _ in bars], fontsize=8)
+    ax.set_ylabel("CPU (ms), medians")
+    ax.set_ylim(0, max(v for _, v in bars) * 1.15)
+    ax.set_title(note, fontsize=7)
+    return save_figure(fig, name)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=600, help="requests of each kind")
@@ -125,6 +150,7 @@ def main() -> None:
     data = {"args": vars(args), "cores": os.cpu_count(), "machine": load_note(loads),
             "floors": floors, "runs": rows}
     print(f"wrote {save_json(args.output, data)}")
+    print(f"wrote {plot(floors, data['machine'], args.output)}")
 
 
 if __name__ == "__main__":

@@ -84,20 +84,21 @@ FACT_COLUMNS = ("document", "kind", "value")
 CLOSE_SET = ("outcome", "finished_at", "detail")
 
 
-_RUN_COLS = ", ".join(_col(DocumentRun, f) for f in RUN_COLUMNS)
-_FACT_COLS = ", ".join(_col(DocumentFact, f) for f in FACT_COLUMNS)
-CLAIM_SQL = (f"UPDATE {_table(Document)} SET {_sets(Document, CLAIM_SET)} "
-             f"WHERE {_where(Document, CLAIM_WHERE)}")
-SUPERSEDE_SQL = (f"UPDATE {_table(DocumentRun)} SET {_sets(DocumentRun, SUPERSEDE_SET)} "
-                 f"WHERE {_where(DocumentRun, SUPERSEDE_WHERE)}")
-RUN_SQL = (f"INSERT INTO {_table(DocumentRun)} ({_RUN_COLS}) "
-           f"VALUES ({', '.join(['%s'] * len(RUN_COLUMNS))}) RETURNING {_col(DocumentRun, 'id')}")
-DONE_SQL = (f"UPDATE {_table(Document)} SET {_sets(Document, DONE_SET)} "
-            f"WHERE {_where(Document, FENCE_WHERE)}")
-FACT_SQL = (f"INSERT INTO {_table(DocumentFact)} ({_FACT_COLS}) "
-            f"VALUES ({', '.join(['%s'] * len(FACT_COLUMNS))})")
-CLOSE_SQL = (f"UPDATE {_table(DocumentRun)} SET {_sets(DocumentRun, CLOSE_SET)} "
-             f"WHERE {_col(DocumentRun, 'id')} = %s")
+def _update(model: type[Model], sets: tuple[str, ...], where: tuple[str, ...]) -> str:
+    return f"UPDATE {_table(model)} SET {_sets(model, sets)} WHERE {_where(model, where)}"
+
+
+def _insert(model: type[Model], columns: tuple[str, ...]) -> str:
+    return (f"INSERT INTO {_table(model)} ({', '.join(_col(model, f) for f in columns)}) "
+            f"VALUES ({', '.join(['%s'] * len(columns))})")
+
+
+CLAIM_SQL = _update(Document, CLAIM_SET, CLAIM_WHERE)
+SUPERSEDE_SQL = _update(DocumentRun, SUPERSEDE_SET, SUPERSEDE_WHERE)
+RUN_SQL = f"{_insert(DocumentRun, RUN_COLUMNS)} RETURNING {_col(DocumentRun, 'id')}"
+DONE_SQL = _update(Document, DONE_SET, FENCE_WHERE)
+FACT_SQL = _insert(DocumentFact, FACT_COLUMNS)
+CLOSE_SQL = _update(DocumentRun, CLOSE_SET, ("id",))
 
 
 @dataclass(frozen=True)
