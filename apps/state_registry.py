@@ -58,6 +58,9 @@ REGISTRY: list[Classified] = [
     Classified("apps/stream_wire.py", "verified", C.NONE,
                "whether the installed uvicorn and HTTP parser are the releases the fast path "
                "was verified on: the same answer in every process of one installation"),
+    Classified("apps/session_store.py", "_select", C.NONE,
+               "the session lookup's SQL text, built once from the model's table and column "
+               "names: the same text in every process"),
     Classified("apps/stream_front.py", "_auth_pool", C.NONE,
                "a fixed pool of threads per web worker that authenticate new streams: a "
                "resource, not data; each call closes its database connection"),

@@ -1,7 +1,7 @@
 """Where the ceiling is: the cost of one document in each component, and what limits first.
 
     .venv/bin/python loadtests/ceiling.py [--docs 200] [--workers 1,2,4] [--db sqlite,postgres]
-        [--repeats 2] [--clients 16] [--before DIR]
+        [--repeats 2] [--clients 16] [--client lean|requests] [--before DIR]
 
 The document path as shipped: logged-in clients POST /api/documents/ to uvicorn (2 web
 worker processes), the web worker writes the row and enqueues the task (202), a Celery worker
@@ -22,6 +22,12 @@ For each database and each count of Celery worker processes, one fresh Stack and
    again, so a few clients measure their own round trips, not the box (with 4, documents/s
    equalled the clients' submit rate whenever 2 or more worker processes ran, and fell as the
    workers' CPU slowed the web's answers; docs/benchmarks.md).
+
+The clients run in this process, on the same cores, and their CPU is measured too
+(``harness_cpu_ms``): what they take is not there for the platform. --client lean (the
+default) sends each submit on a kept-alive ``http.client`` connection
+(loadtests/lean_client.py); --client requests uses the tests' requests-based client, as every
+run before 2026-12-05 18:00 did (1.2 ms of CPU per document against about 0.3).
 
 Database cost: on SQLite, the time the single write lock is held (a probe samples it, see
 loadtests/costs.py) per document: that lock is one per file, whatever the cores. On
@@ -46,6 +52,7 @@ import contextlib
 import os
 import resource
 import signal
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -78,6 +85,7 @@ from loadtests.costs import (  # noqa: E402
     tree_cpu,
     writer_delta,
 )
+from loadtests.lean_client import LeanClient  # noqa: E402
 from tests.procs import Client, Proc, Stack, Web, make_template_db, wait_until  # noqa: E402
 
 # The documents queue's lists, one per priority step (celery_conf/policy.py).
@@ -86,6 +94,8 @@ SUBMITTERS = 4  # concurrent logged-in clients, as in throughput_comparison.py
 # End to end: clients enough that the submitting side is not the limit on this box (a closed
 # loop of 4 was: it measured the 202's round trip, not the documents' rate).
 E2E_CLIENTS = 16
+# End to end: documents submitted and not yet finished at most (Gate); 0, unbounded.
+IN_FLIGHT = 64
 WEB_WORKERS = 2  # uvicorn worker processes, as shipped (platform/lib.sh WEB_WORKERS)
 # uvicorn's HTTP parser as every shipped unit starts it (ADR 20: h11 caps headers); without
 # it uvicorn picks httptools, 20-30 % cheaper per request, which no customer box runs.
@@ -111,19 +121,23 @@ class Database:
         self.probe: WriterProbe | None = None
         self.pg: Any = None
         self.own_statements = 0
+        self.lock = threading.Lock()  # finished() is also called from the Gate's thread
         if stack.engine == "sqlite":
             self.probe = WriterProbe(stack.db_path)
             self.probe.start()
+            # Kept open: the Gate asks every few milliseconds (reads never take the writer).
+            self.reader = sqlite3.connect(stack.db_path, timeout=20, check_same_thread=False)
         else:
             self.server = stack.postgres.server
             self.pg = self.server.connect(stack.db_name, autocommit=True)
             self.own_pid = self.pg.info.backend_pid
 
     def finished(self) -> int:
-        if self.pg is None:
-            return int(self.stack.query(FINISHED_SQL)[0]["n"])
-        self.own_statements += 1
-        return int(self.pg.execute(FINISHED_SQL).fetchone()[0])
+        with self.lock:
+            if self.pg is None:
+                return int(self.reader.execute(FINISHED_SQL).fetchone()[0])
+            self.own_statements += 1
+            return int(self.pg.execute(FINISHED_SQL).fetchone()[0])
 
     def counters(self) -> dict[str, float]:
         if self.probe is not None:
@@ -144,6 +158,7 @@ class Database:
     def close(self) -> None:
         if self.probe is not None:
             self.probe.stop()
+            self.reader.close()
         if self.pg is not None:
             self.pg.close()
 
@@ -195,8 +210,57 @@ class Snapshot:
         return out
 
 
-def submit_all(clients: list[Client], docs: int, tag: str) -> tuple[list[float], float, float]:
-    """``docs`` documents from every client at once; (202 latencies, first send, last 202)."""
+class Gate(threading.Thread):
+    """At most ``cap`` documents submitted and not yet finished: a client waits for a slot.
+
+    Unbounded, 16 closed-loop clients keep the web answering faster than the workers finish
+    (the web's CPU is taken from the workers on a shared box): a backlog builds, and after the
+    last 202 the workers drain it alone with the web idle, so the phase measured a mix of two
+    regimes. With the backlog bounded the web submits only as fast as documents finish, as on
+    a box that sustains its load, and the rate is the box's. ``samples`` (time, finished) give
+    the steady rate between 10 % and 90 % of the phase's documents.
+    """
+
+    INTERVAL_S = 0.005
+
+    def __init__(self, db: Database, cap: int, start_count: int) -> None:
+        super().__init__(daemon=True)
+        self.db, self.start_count = db, start_count
+        self.slots = threading.Semaphore(cap)
+        self.samples: list[tuple[float, int]] = []
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        seen = 0
+        while not self.stopped.wait(self.INTERVAL_S):
+            done = self.db.finished() - self.start_count
+            self.samples.append((time.monotonic(), done))
+            for _ in range(done - seen):
+                self.slots.release()
+            seen = max(seen, done)
+
+    def acquire(self) -> None:
+        if not self.slots.acquire(timeout=120):
+            raise TimeoutError("no document finished in 120 s")
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join(timeout=5)
+
+    def steady_rate(self, docs: int) -> float:
+        """Documents finished per second from the 10 % to the 90 % point of ``docs``."""
+        low = next((t, n) for t, n in self.samples if n >= docs * 0.1)
+        high = next((t, n) for t, n in self.samples if n >= docs * 0.9)
+        return (high[1] - low[1]) / (high[0] - low[0])
+
+
+CLIENT_KINDS = {"lean": LeanClient.login, "requests": Client.login}
+
+
+def submit_all(clients: list[Any], docs: int, tag: str,
+               gate: Gate | None = None) -> tuple[list[float], float, float]:
+    """``docs`` documents from every client at once, each through ``gate`` when given;
+    (202 latencies, first send, last 202)."""
     latencies: list[float] = []
     per_client = [docs // len(clients) + (i < docs % len(clients)) for i in range(len(clients))]
     errors: list[BaseException] = []
@@ -204,6 +268,8 @@ def submit_all(clients: list[Client], docs: int, tag: str) -> tuple[list[float],
     def run(client: Client, count: int) -> None:
         try:
             for i in range(count):
+                if gate is not None:
+                    gate.acquire()
                 started = time.perf_counter()
                 client.submit(f"{tag} document {i} " * 20, title=f"{tag} {i}")
                 latencies.append(time.perf_counter() - started)
@@ -242,7 +308,8 @@ def wait_finished(db: Database, total: int, what: str) -> float:
 
 
 def run_one(work: Path, template: Path, pg: Any, engine: str, workers: int,
-            docs: int, tag: str = "", e2e_clients: int = E2E_CLIENTS) -> dict[str, Any]:
+            docs: int, tag: str = "", e2e_clients: int = E2E_CLIENTS,
+            client_kind: str = "lean", in_flight: int = IN_FLIGHT) -> dict[str, Any]:
     name = f"{engine}-w{workers}"
     run_dir = f"{name}{tag}"  # a fresh directory: no database file of an earlier run
     stack = new_stack(work, template, pg, engine, run_dir)
@@ -250,7 +317,8 @@ def run_one(work: Path, template: Path, pg: Any, engine: str, workers: int,
     try:
         procs = [stack.start_worker(f"c{i}", concurrency=1) for i in range(1, workers + 1)]
         web = stack.start_web(workers=WEB_WORKERS, uvicorn_args=WEB_ARGS)
-        clients = [Client.login(web.base, "tester", "tester-password-1")
+        login = CLIENT_KINDS[client_kind]
+        clients = [login(web.base, "tester", "tester-password-1")
                    for _ in range(max(SUBMITTERS, e2e_clients))]
         db = Database(stack)
         expected = db.finished() + max(WARM_UP_DOCS, len(clients))
@@ -292,21 +360,34 @@ def run_one(work: Path, template: Path, pg: Any, engine: str, workers: int,
         # 3. end to end: submit and process at once.
         start = Snapshot(stack, db, web, procs)
         harness_from = harness_cpu()
-        latencies, first, last_202 = submit_all(clients[:e2e_clients], docs, "e2e")
-        expected += docs
-        done = wait_finished(db, expected, "end-to-end documents done")
+        gate = Gate(db, in_flight, expected) if in_flight else None
+        if gate is not None:
+            gate.start()
+        try:
+            latencies, first, last_202 = submit_all(clients[:e2e_clients], docs, "e2e", gate)
+            expected += docs
+            done = wait_finished(db, expected, "end-to-end documents done")
+        finally:
+            if gate is not None:
+                gate.stop()
         end = Snapshot(stack, db, web, procs)
         e2e = end.cost(start, db, docs)
         e2e["docs_per_s"] = docs / (done - first)
+        e2e["in_flight"] = in_flight
+        if gate is not None:
+            e2e["steady_docs_per_s"] = gate.steady_rate(docs)
         # The clients and meters share the box's two cores with the platform: what they take
         # is not there for it (the ceiling's arithmetic, docs/benchmarks.md).
         e2e["harness_cpu_ms"] = 1000 * (harness_cpu() - harness_from) / docs
         e2e["harness_cores"] = e2e["harness_cpu_ms"] * e2e["docs_per_s"] / 1000
         e2e["submit_per_s"] = docs / (last_202 - first)
         e2e["clients"] = e2e_clients
+        e2e["client_kind"] = client_kind
         e2e["latency_ms"] = {k: v * 1000 if k != "n" else v
                              for k, v in summary(latencies).items()}
-        progress(f"{name}: e2e    {e2e['docs_per_s']:.1f} docs/s, cores busy: web "
+        progress(f"{name}: e2e    {e2e['docs_per_s']:.1f} docs/s"
+                 + (f" (steady {e2e['steady_docs_per_s']:.1f})" if gate is not None else "")
+                 + f", cores busy: web "
                  f"{e2e['web_cores']:.2f}, workers {e2e['worker_cores']:.2f}, redis "
                  f"{e2e['redis_cores']:.2f}, clients and meters {e2e['harness_cores']:.2f}"
                  + (f", sqlite writer {e2e['db_writer_busy']:.0%}" if "db_writer_busy" in e2e
@@ -473,6 +554,11 @@ def main() -> None:
                         help="runs of every engine and worker count, interleaved")
     parser.add_argument("--clients", type=int, default=E2E_CLIENTS,
                         help="clients submitting in the end-to-end phase")
+    parser.add_argument("--client", choices=sorted(CLIENT_KINDS), default="lean",
+                        help="the submitting clients: kept-alive http.client, or requests")
+    parser.add_argument("--in-flight", type=int, default=IN_FLIGHT,
+                        help="end to end: documents submitted and unfinished at most "
+                             "(0: unbounded, as every run before 2026-12-05 18:00)")
     parser.add_argument("--output", default="ceiling")
     parser.add_argument("--before", type=Path,
                         help="another checkout: every run made from it too, interleaved")
@@ -514,7 +600,9 @@ def main() -> None:
                                  f"process(es), code {code}: {args.docs} documents x 3 phases")
                         with code_at(root):
                             row = run_one(work, template, pg, engine, n, args.docs,
-                                          tag=f"-{code}-{repeat}", e2e_clients=args.clients)
+                                          tag=f"-{code}-{repeat}", e2e_clients=args.clients,
+                                          client_kind=args.client,
+                                          in_flight=args.in_flight)
                         rows.append({**row, "code": code})
         if pg is not None:
             connection = connection_cost(pg.server)

@@ -80,7 +80,7 @@ def document_submit(
     """
     if transaction.get_connection().in_atomic_block:
         raise RuntimeError("document_submit publishes after its own commit; call it outside atomic")
-    document = Document.objects.create(
+    document = Document(
         owner=owner,
         title=title,
         source=source,
@@ -88,6 +88,7 @@ def document_submit(
         content=content,
         size_bytes=len(content.encode()),
     )
+    statements.submit(document)  # Document.objects.create, as SQL built once
     try:
         document_enqueue(document_id=document.pk, generation=document.generation)
     except (KombuOperationalError, RedisError, OSError) as exc:
@@ -174,8 +175,7 @@ def _claim_once(
     pid: int, redelivered: bool,
 ) -> Claim | str | None:
     """One read, judgement and compare-and-set; None when the row moved in between."""
-    row = Document.objects.filter(pk=document_id).values(
-        "state", "generation", "starts", "content", "owner_id", "title", "word_count").first()
+    row = statements.read(document_id)
     if row is None or row["state"] in (State.DONE, State.FAILED):
         return SKIPPED  # deleted, or a redelivery of finished work: nothing to do
     if generation is not None and generation < row["generation"]:
@@ -193,11 +193,11 @@ def _claim_once(
                        "skipped", document_id)
         return SKIPPED
     now = timezone.now()
-    as_read = Document.objects.filter(pk=document_id, state=row["state"],
-                                      generation=row["generation"], starts=row["starts"])
     announce = {"document_id": document_id, "owner_id": row["owner_id"],
                 "title": row["title"], "word_count": row["word_count"]}
     if row["starts"] >= settings.DOCUMENTS_MAX_STARTS:
+        as_read = Document.objects.filter(pk=document_id, state=row["state"],
+                                          generation=row["generation"], starts=row["starts"])
         with transaction.atomic():
             if not as_read.update(
                     state=State.FAILED, claim_token=None, finished_at=now, updated_at=now,

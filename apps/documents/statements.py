@@ -1,4 +1,4 @@
-"""The claim's and the finish's writes as SQL: no Python between BEGIN and COMMIT.
+"""The submit's, the claim's and the finish's writes as SQL: no Python between BEGIN and COMMIT.
 
 A claim and a finish each write three statements in one transaction, and on SQLite that
 transaction holds the database's one write lock from its BEGIN (``IMMEDIATE``) to the end of
@@ -12,7 +12,10 @@ converts them) before the transaction opens; inside it, only ``cursor.execute``:
 documented way to run SQL
 (https://docs.djangoproject.com/en/5.2/topics/db/sql/#executing-custom-sql-directly), the
 same text on SQLite and PostgreSQL (``INSERT ... RETURNING``: SQLite 3.35 or later).
-The rarer writes (a failure, a retry, too many starts) stay in the ORM (services.py).
+The submit's one INSERT (autocommit: its own transaction) is written the same way, its values
+made by the fields as ``save()`` makes them (``Field.pre_save``: defaults, ``auto_now``);
+Document has no save signals to skip. The rarer writes (a failure, a retry, too many starts)
+stay in the ORM (services.py).
 """
 
 from __future__ import annotations
@@ -82,6 +85,10 @@ DONE_SET = ("state", "summary", "word_count", "failure_reason", "claim_token", "
 FENCE_WHERE = ("id", "state", "claim_token")
 FACT_COLUMNS = ("document", "kind", "value")
 CLOSE_SET = ("outcome", "finished_at", "detail")
+# --- the claim's read: what it judges the row by, outside any transaction ---------------------
+READ_COLUMNS = ("state", "generation", "starts", "content", "owner", "title", "word_count")
+# --- the submit: the new row, every column but the id -----------------------------------------
+SUBMIT_COLUMNS = tuple(f.name for f in Document._meta.concrete_fields if not f.primary_key)
 
 
 def _update(model: type[Model], sets: tuple[str, ...], where: tuple[str, ...]) -> str:
@@ -99,6 +106,35 @@ RUN_SQL = f"{_insert(DocumentRun, RUN_COLUMNS)} RETURNING {_col(DocumentRun, 'id
 DONE_SQL = _update(Document, DONE_SET, FENCE_WHERE)
 FACT_SQL = _insert(DocumentFact, FACT_COLUMNS)
 CLOSE_SQL = _update(DocumentRun, CLOSE_SET, ("id",))
+SUBMIT_SQL = f"{_insert(Document, SUBMIT_COLUMNS)} RETURNING {_col(Document, 'id')}"
+READ_SQL = (f"SELECT {', '.join(_col(Document, f) for f in READ_COLUMNS)} "
+            f"FROM {_table(Document)} WHERE {_col(Document, 'id')} = %s")
+# Keys as the ORM's ``values()`` names them: a foreign key by its attname (owner_id).
+READ_KEYS = tuple(Document._meta.get_field(f).attname for f in READ_COLUMNS)
+
+
+def read(document_id: int) -> dict[str, Any] | None:
+    """The row's ``READ_KEYS``, as ``Document.objects.filter(pk=...).values(...).first()``
+    would give them (none of them needs a converter: text and integers), or None."""
+    with connection.cursor() as cursor:
+        cursor.execute(READ_SQL, [document_id])
+        row = cursor.fetchone()
+    return None if row is None else dict(zip(READ_KEYS, row, strict=True))
+
+
+def submit(document: Document) -> None:
+    """In autocommit: ``document`` (new, unsaved) inserted as ``save()`` would, committed,
+    and its id set. Raises as the ORM does (the driver's errors, through Django's wrapper)."""
+    if connection.in_atomic_block:
+        raise RuntimeError("statements.submit commits on its own; call it outside atomic")
+    meta = Document._meta
+    params = []
+    for name in SUBMIT_COLUMNS:
+        field = meta.get_field(name)
+        params.append(field.get_db_prep_save(field.pre_save(document, True), connection))
+    with connection.cursor() as cursor:  # closed at once: the statement ends, and commits
+        cursor.execute(SUBMIT_SQL, params)
+        document.pk = int(cursor.fetchone()[0])
 
 
 @dataclass(frozen=True)

@@ -103,3 +103,42 @@ def test_a_finish_whose_claim_moved_on_only_closes_its_run(document: Document):
     assert not DocumentFact.objects.exists()
     run = DocumentRun.objects.get(pk=run_id)
     assert (run.outcome, run.detail) == ("superseded", statements.DROPPED_DETAIL)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_submit_inserts_the_row_the_orm_would(django_user_model):
+    owner = django_user_model.objects.create_user(username="i", password="pw-owner-123")
+    fields = dict(owner=owner, title="t\u00e9\U0001f600", source="upload", filename="a.txt",
+                  content="x \u4e2d y", size_bytes=7)
+    by_orm = Document.objects.create(**fields)
+    document = Document(**fields)
+    statements.submit(document)
+    assert document.pk is not None and document.pk > by_orm.pk
+    mine, theirs = (Document.objects.filter(pk=d.pk).values().get() for d in (document, by_orm))
+    for row in (mine, theirs):
+        del row["id"]
+    dates = ("created_at", "updated_at")
+    assert {k: v for k, v in mine.items() if k not in dates} == {
+        k: v for k, v in theirs.items() if k not in dates}
+    assert mine["state"] == "queued" and mine["generation"] == 0 and mine["starts"] == 0
+    for name in dates:  # stored as the ORM stores them: compared and ordered with its dates
+        assert theirs[name] <= mine[name] <= timezone.now()
+        assert Document.objects.filter(**{f"{name}__gte": theirs[name]}).count() == 2
+    assert document.created_at == mine["created_at"]  # set on the instance too
+
+
+def test_a_submit_inside_a_transaction_is_refused(django_user_model):
+    owner = django_user_model.objects.create_user(username="j", password="pw-owner-123")
+    with transaction.atomic(), pytest.raises(RuntimeError, match="outside atomic"):
+        statements.submit(Document(owner=owner, title="t", source="paste", content="x",
+                                   size_bytes=1))
+
+
+def test_the_claims_read_gives_what_the_orm_gives(document: Document):
+    Document.objects.filter(pk=document.pk).update(word_count=5, title="\u00e9\U0001f600",
+                                                   starts=2, generation=4)
+    expected = Document.objects.filter(pk=document.pk).values(*statements.READ_KEYS).get()
+    got = statements.read(document.pk)
+    assert got == expected
+    assert [type(v) for v in got.values()] == [type(v) for v in expected.values()]
+    assert statements.read(document.pk + 1000) is None
