@@ -1,7 +1,7 @@
 """Where the ceiling is: the cost of one document in each component, and what limits first.
 
     .venv/bin/python loadtests/ceiling.py [--docs 200] [--workers 1,2,4] [--db sqlite,postgres]
-        [--repeats 2] [--clients 16] [--client lean|requests] [--before DIR]
+        [--repeats 2] [--clients 16] [--in-flight 64] [--client lean|requests] [--before DIR]
 
 The document path as shipped: logged-in clients POST /api/documents/ to uvicorn (2 web
 worker processes), the web worker writes the row and enqueues the task (202), a Celery worker
@@ -27,7 +27,9 @@ The clients run in this process, on the same cores, and their CPU is measured to
 (``harness_cpu_ms``): what they take is not there for the platform. --client lean (the
 default) sends each submit on a kept-alive ``http.client`` connection
 (loadtests/lean_client.py); --client requests uses the tests' requests-based client, as every
-run before 2026-12-05 18:00 did (1.2 ms of CPU per document against about 0.3).
+run before 2026-12-05 17:50 did (1.2 ms of CPU per document against 0.5-0.6, the meters
+included). --in-flight bounds the end-to-end phase's backlog (Gate, below; ADR 27's second
+amendment); 0 leaves it unbounded, as every run before then did.
 
 Database cost: on SQLite, the time the single write lock is held (a probe samples it, see
 loadtests/costs.py) per document: that lock is one per file, whatever the cores. On
@@ -248,9 +250,12 @@ class Gate(threading.Thread):
         self.join(timeout=5)
 
     def steady_rate(self, docs: int) -> float:
-        """Documents finished per second from the 10 % to the 90 % point of ``docs``."""
-        low = next((t, n) for t, n in self.samples if n >= docs * 0.1)
-        high = next((t, n) for t, n in self.samples if n >= docs * 0.9)
+        """Documents finished per second from the 10 % to the 90 % point of ``docs`` (NaN if
+        the samples do not span them: too few documents for the interval)."""
+        low = next(((t, n) for t, n in self.samples if n >= docs * 0.1), None)
+        high = next(((t, n) for t, n in self.samples if n >= docs * 0.9), None)
+        if low is None or high is None or high[0] <= low[0]:
+            return float("nan")
         return (high[1] - low[1]) / (high[0] - low[0])
 
 
@@ -558,7 +563,7 @@ def main() -> None:
                         help="the submitting clients: kept-alive http.client, or requests")
     parser.add_argument("--in-flight", type=int, default=IN_FLIGHT,
                         help="end to end: documents submitted and unfinished at most "
-                             "(0: unbounded, as every run before 2026-12-05 18:00)")
+                             "(0: unbounded, as every run before 2026-12-05 17:50)")
     parser.add_argument("--output", default="ceiling")
     parser.add_argument("--before", type=Path,
                         help="another checkout: every run made from it too, interleaved")
@@ -566,9 +571,9 @@ def main() -> None:
     counts = [int(n) for n in args.workers.split(",") if n]
     engines = [e for e in args.db.split(",") if e]
     if (args.docs < max(SUBMITTERS, args.clients) or not counts or min(counts) < 1
-            or args.repeats < 1 or args.clients < 1):
+            or args.repeats < 1 or args.clients < 1 or args.in_flight < 0):
         parser.error("--docs must be >= the clients, worker counts, --clients and --repeats "
-                     ">= 1")
+                     ">= 1, --in-flight >= 0")
     if set(engines) - {"sqlite", "postgres"}:
         parser.error("--db takes sqlite and/or postgres")
     codes = {"now": tests.procs.ROOT}
