@@ -30,16 +30,13 @@ from django.db import connections, router
 from django.db.models import Model
 from django.utils import timezone
 
+from apps.sql_names import column, table
+
 
 @cache
 def _select(model: type[Model]) -> str:
-    meta = model._meta
-
-    def col(name: str) -> str:
-        return f'"{meta.get_field(name).column}"'  # standard SQL quoting, every engine
-
-    return (f'SELECT {col("session_data")} FROM "{meta.db_table}" '
-            f'WHERE {col("session_key")} = %s AND {col("expire_date")} > %s')
+    return (f"SELECT {column(model, 'session_data')} FROM {table(model)} "
+            f"WHERE {column(model, 'session_key')} = %s AND {column(model, 'expire_date')} > %s")
 
 
 class SessionStore(db.SessionStore):

@@ -30,6 +30,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 from django.db.models import Model
 
+from apps.sql_names import column, table
+
 from .models import Document, DocumentFact, DocumentRun
 
 if sqlite3.sqlite_version_info < (3, 35):  # RETURNING; Debian 12 has 3.40
@@ -44,24 +46,12 @@ SUPERSEDED_DETAIL = "claim taken by a later run"
 DROPPED_DETAIL = "result dropped: the claim had moved on"
 
 
-def _q(name: str) -> str:
-    return f'"{name}"'  # standard SQL quoting, the same on SQLite and PostgreSQL
-
-
-def _table(model: type[Model]) -> str:
-    return _q(model._meta.db_table)
-
-
-def _col(model: type[Model], field: str) -> str:
-    return _q(model._meta.get_field(field).column)
-
-
 def _sets(model: type[Model], fields: tuple[str, ...]) -> str:
-    return ", ".join(f"{_col(model, f)} = %s" for f in fields)
+    return ", ".join(f"{column(model, f)} = %s" for f in fields)
 
 
 def _where(model: type[Model], fields: tuple[str, ...]) -> str:
-    return " AND ".join(f"{_col(model, f)} = %s" for f in fields)
+    return " AND ".join(f"{column(model, f)} = %s" for f in fields)
 
 
 def _prep(model: type[Model], fields: tuple[str, ...], values: tuple[Any, ...]) -> list[Any]:
@@ -88,27 +78,28 @@ CLOSE_SET = ("outcome", "finished_at", "detail")
 # --- the claim's read: what it judges the row by, outside any transaction ---------------------
 READ_COLUMNS = ("state", "generation", "starts", "content", "owner", "title", "word_count")
 # --- the submit: the new row, every column but the id -----------------------------------------
-SUBMIT_COLUMNS = tuple(f.name for f in Document._meta.concrete_fields if not f.primary_key)
+SUBMIT_FIELDS = tuple(f for f in Document._meta.concrete_fields if not f.primary_key)
+SUBMIT_COLUMNS = tuple(f.name for f in SUBMIT_FIELDS)
 
 
 def _update(model: type[Model], sets: tuple[str, ...], where: tuple[str, ...]) -> str:
-    return f"UPDATE {_table(model)} SET {_sets(model, sets)} WHERE {_where(model, where)}"
+    return f"UPDATE {table(model)} SET {_sets(model, sets)} WHERE {_where(model, where)}"
 
 
 def _insert(model: type[Model], columns: tuple[str, ...]) -> str:
-    return (f"INSERT INTO {_table(model)} ({', '.join(_col(model, f) for f in columns)}) "
+    return (f"INSERT INTO {table(model)} ({', '.join(column(model, f) for f in columns)}) "
             f"VALUES ({', '.join(['%s'] * len(columns))})")
 
 
 CLAIM_SQL = _update(Document, CLAIM_SET, CLAIM_WHERE)
 SUPERSEDE_SQL = _update(DocumentRun, SUPERSEDE_SET, SUPERSEDE_WHERE)
-RUN_SQL = f"{_insert(DocumentRun, RUN_COLUMNS)} RETURNING {_col(DocumentRun, 'id')}"
+RUN_SQL = f"{_insert(DocumentRun, RUN_COLUMNS)} RETURNING {column(DocumentRun, 'id')}"
 DONE_SQL = _update(Document, DONE_SET, FENCE_WHERE)
 FACT_SQL = _insert(DocumentFact, FACT_COLUMNS)
 CLOSE_SQL = _update(DocumentRun, CLOSE_SET, ("id",))
-SUBMIT_SQL = f"{_insert(Document, SUBMIT_COLUMNS)} RETURNING {_col(Document, 'id')}"
-READ_SQL = (f"SELECT {', '.join(_col(Document, f) for f in READ_COLUMNS)} "
-            f"FROM {_table(Document)} WHERE {_col(Document, 'id')} = %s")
+SUBMIT_SQL = f"{_insert(Document, SUBMIT_COLUMNS)} RETURNING {column(Document, 'id')}"
+READ_SQL = (f"SELECT {', '.join(column(Document, f) for f in READ_COLUMNS)} "
+            f"FROM {table(Document)} WHERE {column(Document, 'id')} = %s")
 # Keys as the ORM's ``values()`` names them: a foreign key by its attname (owner_id).
 READ_KEYS = tuple(Document._meta.get_field(f).attname for f in READ_COLUMNS)
 
@@ -127,11 +118,8 @@ def submit(document: Document) -> None:
     and its id set. Raises as the ORM does (the driver's errors, through Django's wrapper)."""
     if connection.in_atomic_block:
         raise RuntimeError("statements.submit commits on its own; call it outside atomic")
-    meta = Document._meta
-    params = []
-    for name in SUBMIT_COLUMNS:
-        field = meta.get_field(name)
-        params.append(field.get_db_prep_save(field.pre_save(document, True), connection))
+    params = [field.get_db_prep_save(field.pre_save(document, True), connection)
+              for field in SUBMIT_FIELDS]
     with connection.cursor() as cursor:  # closed at once: the statement ends, and commits
         cursor.execute(SUBMIT_SQL, params)
         document.pk = int(cursor.fetchone()[0])

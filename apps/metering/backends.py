@@ -25,6 +25,7 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import F
 
+from apps.sql_names import column, table
 from apps.transactions import unsynced_commits
 from celery_conf.connections import redis_client
 
@@ -50,17 +51,13 @@ class Counters(Protocol):
         """user id -> count, for every user with calls on ``day``."""
 
 
-def _column(name: str) -> str:
-    return f'"{UsageCounter._meta.get_field(name).column}"'
-
-
 # Every counted call's one statement, as SQL built once from the model's names: the ORM built
 # it on every call (13 % of the submit's Python samples, loadtests/results/flame_after_web.*).
 # The day is converted by its field, as the ORM converts it (apps/documents/statements.py).
-INCREMENT_SQL = (f'UPDATE "{UsageCounter._meta.db_table}" '
-                 f'SET {_column("count")} = {_column("count")} + 1 '
-                 f'WHERE {_column("user")} = %s AND {_column("day")} = %s '
-                 f'AND {_column("count")} < %s')
+_COUNT = column(UsageCounter, "count")
+INCREMENT_SQL = (f"UPDATE {table(UsageCounter)} SET {_COUNT} = {_COUNT} + 1 "
+                 f"WHERE {column(UsageCounter, 'user')} = %s "
+                 f"AND {column(UsageCounter, 'day')} = %s AND {_COUNT} < %s")
 
 
 class DatabaseCounters:
