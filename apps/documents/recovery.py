@@ -15,8 +15,10 @@ Two kinds, both found at a cost that does not grow with the backlog (adr/0030):
 
 Each is put back ahead of the queue's backlog (the recovery priority step, as kombu's own
 restore put a message back at the consuming end) with its generation counted up, in a
-compare-and-set on the row, so two passes (or a pass racing a claim) cannot both act, and any
-older copy of its message that turns up later is skipped by the claim. The leading beat runs
+compare-and-set on the row's (state, generation, starts) as the pass read them, which every
+claim moves (a takeover of a dead run keeps the state and the generation but counts a start),
+so two passes, or a pass and a claim, cannot both act; any older copy of its message that
+turns up later is skipped by the claim. The leading beat runs
 ``documents_recover_duty`` every second (scheduler/duties.py); the reconciler's periodic run
 calls ``documents_recover`` too.
 """
@@ -73,11 +75,11 @@ def documents_recover(*, grace_s: float | None = None) -> Recovered:
     started = time.monotonic()
     grace = settings.DOCUMENTS_RECONCILE_AFTER_S if grace_s is None else grace_s
     client = redis_client()
-    abandoned = [doc for doc, generation in _abandoned(client, grace)
-                 if _requeue(doc, state=State.PROCESSING, generation=generation,
+    abandoned = [doc for doc, generation, starts in _abandoned(client, grace)
+                 if _requeue(doc, state=State.PROCESSING, generation=generation, starts=starts,
                              why="its worker died: re-enqueued by the recovery")]
-    orphaned = [doc for doc, generation in _orphaned(client, grace)
-                if _requeue(doc, state=State.QUEUED, generation=generation,
+    orphaned = [doc for doc, generation, starts in _orphaned(client, grace)
+                if _requeue(doc, state=State.QUEUED, generation=generation, starts=starts,
                             why="its message was lost: re-enqueued by the recovery")]
     result = Recovered(abandoned=abandoned, orphaned=orphaned,
                        took_s=time.monotonic() - started)
@@ -97,26 +99,28 @@ def documents_recover_duty() -> str | None:
             f"in {result.took_s * 1000:.1f} ms")
 
 
-def _abandoned(client, grace: float) -> list[tuple[int, int]]:  # type: ignore[no-untyped-def]
-    """(document, generation) for each processing document whose runs' processes are gone."""
+def _abandoned(client, grace: float) -> list[tuple[int, int, int]]:  # type: ignore[no-untyped-def]
+    """(document, generation, starts) for each processing document whose runs' processes are
+    gone."""
     now = timezone.now()
     oldest_live = now - timedelta(seconds=settings.CELERY_TASK_TIME_LIMIT)
     runs = DocumentRun.objects.filter(outcome=Outcome.RUNNING,
                                       document__state=State.PROCESSING).values_list(
-        "document_id", "document__generation", "worker", "worker_pid", "pid", "started_at")
-    by_document: dict[tuple[int, int], list[tuple[str, int | None, int, float]]] = (
+        "document_id", "document__generation", "document__starts", "worker", "worker_pid", "pid",
+        "started_at")
+    by_document: dict[tuple[int, int, int], list[tuple[str, int | None, int, float]]] = (
         defaultdict(list))
-    for doc, generation, worker, worker_pid, pid, started_at in runs:
+    for doc, generation, starts, worker, worker_pid, pid, started_at in runs:
         if started_at > oldest_live:  # no run outlives the hard time limit
-            by_document[(doc, generation)].append((worker, worker_pid, pid,
-                                                   started_at.timestamp()))
+            by_document[(doc, generation, starts)].append((worker, worker_pid, pid,
+                                                           started_at.timestamp()))
         else:
-            by_document.setdefault((doc, generation), [])
+            by_document.setdefault((doc, generation, starts), [])
     # Processing with no running run at all cannot come from one transaction; a row left so
     # by hand is judged after the grace period.
     stuck = Document.objects.filter(
         state=State.PROCESSING, updated_at__lt=now - timedelta(seconds=grace)).exclude(
-        runs__outcome=Outcome.RUNNING).values_list("pk", "generation")
+        runs__outcome=Outcome.RUNNING).values_list("pk", "generation", "starts")
     for key in stuck:
         by_document.setdefault(key, [])
     if not by_document:
@@ -142,8 +146,8 @@ def _redis_just_started(client) -> bool:  # type: ignore[no-untyped-def]
     return False
 
 
-def _orphaned(client, grace: float) -> list[tuple[int, int]]:  # type: ignore[no-untyped-def]
-    """(document, generation) for each queued document whose message no queue holds."""
+def _orphaned(client, grace: float) -> list[tuple[int, int, int]]:  # type: ignore[no-untyped-def]
+    """(document, generation, starts) for each queued document whose message no queue holds."""
     waiting, head = oldest_queued_at(client, QUEUE)
     now = timezone.now()
     if waiting and head is None:
@@ -153,15 +157,17 @@ def _orphaned(client, grace: float) -> list[tuple[int, int]]:  # type: ignore[no
     cutoff = horizon - timedelta(seconds=grace)
     return list(Document.objects.filter(state=State.QUEUED, updated_at__lt=cutoff).filter(
         Q(retry_at__isnull=True) | Q(retry_at__lt=now - timedelta(seconds=grace)))
-        .order_by("pk").values_list("pk", "generation"))
+        .order_by("pk").values_list("pk", "generation", "starts"))
 
 
-def _requeue(document_id: int, *, state: str, generation: int, why: str) -> bool:
+def _requeue(document_id: int, *, state: str, generation: int, starts: int, why: str) -> bool:
     now = timezone.now()
     with transaction.atomic():
-        # Unchanged since this pass looked: a run that claimed it meanwhile wins.
-        moved = Document.objects.filter(pk=document_id, state=state,
-                                        generation=generation).update(
+        # Unchanged since this pass looked: a run that claimed it meanwhile wins. A copy that
+        # took over from the dead run counted a start and left state and generation as they
+        # were: without ``starts`` here the pass would supersede that live run.
+        moved = Document.objects.filter(pk=document_id, state=state, generation=generation,
+                                        starts=starts).update(
             state=State.QUEUED, claim_token=None, generation=generation + 1, retry_at=None,
             updated_at=now)
         if not moved:

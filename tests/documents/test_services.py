@@ -204,3 +204,31 @@ def test_a_retry_of_a_run_that_lost_its_claim_is_superseded_not_retried(document
     assert services._release_for_retry(document.pk, first, "boom", retry_in_s=2) is False
     document.refresh_from_db()
     assert document.state == "processing"  # the later run's claim stands
+
+
+# The heartbeats fixture's Redis has just started: the pass would wait out a heartbeat's
+# lifetime before judging any worker dead (recovery._redis_just_started). Not here.
+@override_settings(DOCUMENTS_PROCESSING_SECONDS=0, CELERY_PLATFORM_HEARTBEAT_TTL=0,
+                   CELERY_PLATFORM_HEARTBEAT_INTERVAL=0)
+def test_a_recovery_pass_that_read_the_row_before_a_takeover_changes_nothing(document, heartbeats):
+    # Found by CI (a pool process SIGKILLed while the leader's pass ran): the pass read the
+    # document as abandoned, then the killed run's message, put back at once, took over on a
+    # sibling (same state, same generation, one more start), then the pass's compare-and-set
+    # still matched and superseded that live run. It must see the start and do nothing.
+    from apps.documents import recovery
+    from celery_conf.connections import redis_client
+
+    assert isinstance(claim(document, worker="w1@h", worker_pid=100, pid=dead_pid()),
+                      services.Claim)
+    seen = recovery._abandoned(redis_client(), grace=60)  # no heartbeat: its worker is gone
+    assert seen == [(document.pk, 0, 1)]
+    taken = claim(document, worker="w1@h", worker_pid=100, pid=os.getpid())
+    assert isinstance(taken, services.Claim)
+    doc, generation, starts = seen[0]
+    assert not recovery._requeue(doc, state="processing", generation=generation, starts=starts,
+                                 why="test")
+    document.refresh_from_db()
+    assert (document.state, document.generation, document.starts) == ("processing", 0, 2)
+    outcomes = list(document.runs.order_by("id").values_list("outcome", flat=True))
+    assert outcomes == ["superseded", "running"]
+    assert services._finish_done(document.pk, taken, services.process_text(TEXT)) == "done"
