@@ -63,7 +63,10 @@ def test_hosts_reach_each_other_a_cut_stops_it_and_a_heal_restores_it(tmp_path) 
         wait_until(lambda: ask_from(b.netns, data.back) == "data", timeout=20,
                    what="hostB reaches the data host")
         assert ask_from_here(data.back) == "data"  # the test process is on the switch too
-        assert ask_from_here(b.front or "") == "hostB"
+        # hostB's server started beside the data host's and may still be binding: wait for it
+        # too (found by CI: ConnectionRefusedError, asked before it listened).
+        wait_until(lambda: ask_from_here(b.front or "") == "hostB", timeout=20,
+                   what="the test process reaches hostB's front")
         net.cut("hostB")
         # Silence, not a refusal: the packets vanish (EHOSTUNREACH once ARP gives up).
         assert ask_from(b.netns, data.back) in ("TimeoutError", "OSError")
