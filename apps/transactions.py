@@ -17,7 +17,8 @@ plumbing: imports nothing of the apps.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from django.conf import settings
@@ -41,6 +42,64 @@ def unsynced_commits() -> Iterator[None]:
     finally:
         _execute(connection, f"PRAGMA synchronous={settings.SQLITE_SYNCHRONOUS}" if sqlite
                  else "RESET synchronous_commit")
+
+
+@contextmanager
+def flushed_after_the_lock(using: str | None = None) -> Iterator[Callable[[], None]]:
+    """SQLite: commits inside are flushed after the write lock is released, not under it.
+
+    Each commit inside is made at ``synchronous=NORMAL``: SQLite appends its frames to the WAL
+    file and releases the write lock without waiting for the disk. The WAL is then flushed
+    (``fdatasync``, as SQLite's own FULL commit flushes it) by the callable this yields, or at
+    the block's end if it was not called: a WAL is one file written in commit order, so one
+    flush makes this commit and every earlier one durable. The caller tells no one of the
+    commit before that flush: inside an atomic block, register the callable first with
+    ``transaction.on_commit``, so it runs before the block's other on-commit callbacks (the
+    announcements). Another process may read the row in the window between the commit and the
+    flush, as PostgreSQL's readers can; nothing is answered, queued or announced on it.
+
+    Elsewhere (PostgreSQL, SQLite at NORMAL, inside an outer atomic block whose commit decides,
+    an in-memory database) it changes nothing and the callable does nothing.
+    """
+    connection = transaction.get_connection(using)
+    if (connection.in_atomic_block or connection.vendor != "sqlite"
+            or settings.SQLITE_SYNCHRONOUS != "FULL"):
+        yield _nothing
+        return
+    state = {"flushed": False}
+
+    def flush() -> None:
+        _flush_wal(connection)
+        state["flushed"] = True
+
+    _execute(connection, "PRAGMA synchronous=NORMAL")
+    try:
+        yield flush
+        if not state["flushed"]:
+            flush()
+    finally:
+        _execute(connection, f"PRAGMA synchronous={settings.SQLITE_SYNCHRONOUS}")
+
+
+def _nothing() -> None:
+    return None
+
+
+def _flush_wal(connection) -> None:  # type: ignore[no-untyped-def]
+    """fdatasync the WAL of ``connection``'s main database (SQLite names it the database's path
+    with ``-wal`` appended, https://www.sqlite.org/tempfiles.html): the path as SQLite opened it
+    (``PRAGMA database_list``; empty for an in-memory database, which has nothing to flush).
+    The WAL exists while any connection to the database is open, this one included."""
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA database_list")
+        path = next(row[2] for row in cursor.fetchall() if row[1] == "main")
+    if not path:
+        return
+    fd = os.open(f"{path}-wal", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
 
 
 def _execute(connection, sql: str) -> None:  # type: ignore[no-untyped-def]

@@ -1,7 +1,8 @@
-"""Commits that skip the flush: only inside the block, never for the next transaction.
+"""Commits that skip the flush, or flush after SQLite's write lock: only inside the block.
 
 Read back from the engine itself (SQLite's ``PRAGMA synchronous``, PostgreSQL's
-``synchronous_commit``) on a connection in autocommit, as the services use it.
+``synchronous_commit``) on a connection in autocommit, as the services use it. The flush of a
+database file: tests/test_flush_after_the_lock.py.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import pytest
 from django.db import connection, transaction
 
-from apps.transactions import unsynced_commits
+from apps.transactions import flushed_after_the_lock, unsynced_commits
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -45,3 +46,12 @@ def test_inside_an_atomic_block_it_changes_nothing():
         before = flush_level()
         with unsynced_commits():
             assert flush_level() == before
+
+
+def test_the_test_database_keeps_its_level_and_has_no_file_to_flush():
+    """In memory (SQLite) there is no WAL; on PostgreSQL the block changes nothing."""
+    before = flush_level()
+    with flushed_after_the_lock() as flush:
+        assert flush_level() == ("normal" if connection.vendor == "sqlite" else before)
+        flush()
+    assert flush_level() == before

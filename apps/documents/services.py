@@ -28,7 +28,7 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from redis.exceptions import RedisError
 
 from apps.events.bus import publish_event_on_commit
-from apps.transactions import unsynced_commits
+from apps.transactions import flushed_after_the_lock, unsynced_commits
 from celery_conf.liveness import run_alive, worker_heartbeat
 from celery_conf.queues import QUEUED_AT_HEADER
 
@@ -88,7 +88,8 @@ def document_submit(
         content=content,
         size_bytes=len(content.encode()),
     )
-    statements.submit(document)  # Document.objects.create, as SQL built once
+    with flushed_after_the_lock():  # flushed before the message is published
+        statements.submit(document)  # Document.objects.create, as SQL built once
     try:
         document_enqueue(document_id=document.pk, generation=document.generation)
     except (KombuOperationalError, RedisError, OSError) as exc:
@@ -290,7 +291,8 @@ def _finish_done(document_id: int, claim: Claim, result: ProcessingResult) -> st
         document_id=document_id, token=claim.token, run_id=claim.run_id,
         summary=result.summary, word_count=result.word_count, facts=result.facts,
         now=timezone.now())
-    with transaction.atomic():
+    with flushed_after_the_lock() as flush, transaction.atomic():
+        transaction.on_commit(flush)  # first: durable before the announcement, and the ack
         if not statements.finish_done(write):
             return Outcome.SUPERSEDED
         _announce(document_id=document_id, owner_id=claim.owner_id, title=claim.title,

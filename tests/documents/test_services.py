@@ -14,6 +14,7 @@ import sys
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
@@ -232,3 +233,31 @@ def test_a_recovery_pass_that_read_the_row_before_a_takeover_changes_nothing(doc
     outcomes = list(document.runs.order_by("id").values_list("outcome", flat=True))
     assert outcomes == ["superseded", "running"]
     assert services._finish_done(document.pk, taken, services.process_text(TEXT)) == "done"
+
+
+@pytest.mark.django_db(transaction=True)  # commits for real: their callbacks run
+@override_settings(DOCUMENTS_PROCESSING_SECONDS=0)
+def test_the_finish_is_flushed_before_it_is_announced(document: Document, monkeypatch):
+    """On SQLite the finish commits without waiting for the disk and flushes the WAL after
+    the write lock (apps/transactions.py): before its announcement and before the task returns
+    (Celery acks after). The test database is in memory, so the flush is watched here and its
+    effect on a file in tests/test_flush_after_the_lock.py."""
+    from apps import transactions
+    from apps.events import bus
+
+    order: list[str] = []
+    flush_wal, publish_event = transactions._flush_wal, bus.publish_event
+
+    def flush_spy(connection) -> None:  # type: ignore[no-untyped-def]
+        order.append("flush")
+        flush_wal(connection)
+
+    def publish_spy(**event):  # type: ignore[no-untyped-def]
+        order.append(f"announce {event['data']['state']}")
+        return publish_event(**event)
+
+    monkeypatch.setattr(transactions, "_flush_wal", flush_spy)
+    monkeypatch.setattr(bus, "publish_event", publish_spy)
+    assert deliver(document) == DocumentRun.Outcome.DONE
+    flushed = ["flush"] if connection.vendor == "sqlite" else []  # PostgreSQL: its commit
+    assert order == ["announce processing", *flushed, "announce done"]
