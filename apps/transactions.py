@@ -11,8 +11,11 @@ durable too, and a crash can only lose a tail of unflushed commits, never one in
 mode, PostgreSQL's ``synchronous_commit = off``) for the commits made inside it, for exactly
 those writes: each caller says why it may be lost (adr/0043). The body runs its statements in
 autocommit or opens its own atomic block: on SQLite a lone statement in autocommit holds the
-write lock only while it executes, an atomic block from BEGIN, Python included. Shared
-plumbing: imports nothing of the apps.
+write lock only while it executes, an atomic block from BEGIN, Python included.
+``flushed_after_the_lock`` is for the writes a promise rests on (a 202, a "done"): on SQLite
+the same unflushed commit, then the WAL flushed by this process once the write lock is free,
+before anyone is told; other writers no longer wait for this one's disk. Shared plumbing:
+imports nothing of the apps.
 """
 
 from __future__ import annotations
@@ -55,8 +58,10 @@ def flushed_after_the_lock(using: str | None = None) -> Iterator[Callable[[], No
     flush makes this commit and every earlier one durable. The caller tells no one of the
     commit before that flush: inside an atomic block, register the callable first with
     ``transaction.on_commit``, so it runs before the block's other on-commit callbacks (the
-    announcements). Another process may read the row in the window between the commit and the
-    flush, as PostgreSQL's readers can; nothing is answered, queued or announced on it.
+    announcements). Another connection may read the row in the window between the commit and
+    the flush (a fraction of a millisecond); nothing is answered, queued, announced or acked
+    on it until the flush returns (adr/0043, fifth pass). That the frames are in the file when
+    the commit returns is what lets other processes read them: they read the WAL file.
 
     Elsewhere (PostgreSQL, SQLite at NORMAL, inside an outer atomic block whose commit decides,
     an in-memory database) it changes nothing and the callable does nothing.
