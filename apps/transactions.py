@@ -63,12 +63,14 @@ def flushed_after_the_lock(using: str | None = None) -> Iterator[Callable[[], No
     on it until the flush returns (adr/0043, fifth pass). That the frames are in the file when
     the commit returns is what lets other processes read them: they read the WAL file.
 
-    Elsewhere (PostgreSQL, SQLite at NORMAL, inside an outer atomic block whose commit decides,
-    an in-memory database) it changes nothing and the callable does nothing.
+    Elsewhere it changes nothing and the callable does nothing: PostgreSQL, SQLite at NORMAL,
+    inside an outer atomic block (whose commit decides), and a database not in WAL mode (an
+    in-memory one, or a file system where SQLite could not turn WAL on: there a commit writes
+    the database file itself, and FULL's own flushes stay).
     """
     connection = transaction.get_connection(using)
     if (connection.in_atomic_block or connection.vendor != "sqlite"
-            or settings.SQLITE_SYNCHRONOUS != "FULL"):
+            or settings.SQLITE_SYNCHRONOUS != "FULL" or _journal_mode(connection) != "wal"):
         yield _nothing
         return
     state = {"flushed": False}
@@ -90,16 +92,20 @@ def _nothing() -> None:
     return None
 
 
+def _journal_mode(connection) -> str:  # type: ignore[no-untyped-def]
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA journal_mode")  # the query form: reads the mode, sets nothing
+        return str(cursor.fetchone()[0]).lower()
+
+
 def _flush_wal(connection) -> None:  # type: ignore[no-untyped-def]
     """fdatasync the WAL of ``connection``'s main database (SQLite names it the database's path
     with ``-wal`` appended, https://www.sqlite.org/tempfiles.html): the path as SQLite opened it
-    (``PRAGMA database_list``; empty for an in-memory database, which has nothing to flush).
-    The WAL exists while any connection to the database is open, this one included."""
+    (``PRAGMA database_list``). The WAL exists while any connection to the database is open,
+    this one included."""
     with connection.cursor() as cursor:
         cursor.execute("PRAGMA database_list")
         path = next(row[2] for row in cursor.fetchall() if row[1] == "main")
-    if not path:
-        return
     fd = os.open(f"{path}-wal", os.O_RDONLY | os.O_CLOEXEC)
     try:
         os.fdatasync(fd)

@@ -28,14 +28,20 @@ def sqlite_level(conn) -> int:  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def file_db(tmp_path: Path, django_db_blocker) -> Iterator[tuple[object, Path]]:  # type: ignore[no-untyped-def]
+def journal_mode() -> str:
+    return "WAL"  # as the box sets it; a test overrides it by parametrizing
+
+
+@pytest.fixture
+def file_db(tmp_path: Path, django_db_blocker, journal_mode) -> Iterator[tuple[object, Path]]:  # type: ignore[no-untyped-def]
     """A Django connection to a SQLite file configured as the box's (config/settings/base.py)."""
     path = tmp_path / "db.sqlite3"
+    init = f"PRAGMA journal_mode={journal_mode}; PRAGMA synchronous=FULL;"
     connections.settings[FILE_DB] = connections.configure_settings({
         "default": connections.settings["default"],
         FILE_DB: {"ENGINE": "django.db.backends.sqlite3", "NAME": str(path),
-                  "OPTIONS": {"init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;",
-                              "transaction_mode": "IMMEDIATE", "timeout": 20}}})[FILE_DB]
+                  "OPTIONS": {"init_command": init, "transaction_mode": "IMMEDIATE",
+                              "timeout": 20}}})[FILE_DB]
     with django_db_blocker.unblock():
         conn = connections[FILE_DB]
         with conn.cursor() as cursor:
@@ -113,3 +119,18 @@ def test_inside_an_outer_atomic_block_the_outer_commit_decides(file_db, flushes)
             flush()
             assert sqlite_level(conn) == 2
     assert flushes == []
+
+
+@pytest.mark.parametrize("journal_mode", ["DELETE"])
+def test_a_database_not_in_wal_mode_keeps_full_and_its_commits_flush_themselves(
+        file_db, flushes):
+    """Where SQLite could not turn WAL on, a commit writes the database file itself: the block
+    leaves FULL's own flushes in place and flushes nothing of its own."""
+    conn, path = file_db
+    with flushed_after_the_lock(FILE_DB) as flush, transaction.atomic(using=FILE_DB):
+        transaction.on_commit(flush, using=FILE_DB)
+        with conn.cursor() as cursor:
+            cursor.execute("INSERT INTO t VALUES (1)")
+        assert sqlite_level(conn) == 2
+    assert flushes == []
+    assert not Path(f"{path}-wal").exists()

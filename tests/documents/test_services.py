@@ -14,7 +14,6 @@ import sys
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
@@ -238,26 +237,31 @@ def test_a_recovery_pass_that_read_the_row_before_a_takeover_changes_nothing(doc
 @pytest.mark.django_db(transaction=True)  # commits for real: their callbacks run
 @override_settings(DOCUMENTS_PROCESSING_SECONDS=0)
 def test_the_finish_is_flushed_before_it_is_announced(document: Document, monkeypatch):
-    """On SQLite the finish commits without waiting for the disk and flushes the WAL after
-    the write lock (apps/transactions.py): before its announcement and before the task returns
-    (Celery acks after). The test database is in memory, so the flush is watched here and its
-    effect on a file in tests/test_flush_after_the_lock.py."""
-    from apps import transactions
+    """The finish commits and then flushes (on SQLite in WAL mode, after the write lock;
+    apps/transactions.py): the flush is its first callback, before its announcement and
+    before the task returns (Celery acks after). The test databases (SQLite in memory,
+    PostgreSQL) have nothing to flush this way, so the flush is watched as the service calls
+    it here, and what it does to a file in tests/test_flush_after_the_lock.py."""
+    from contextlib import contextmanager
+
     from apps.events import bus
 
     order: list[str] = []
-    flush_wal, publish_event = transactions._flush_wal, bus.publish_event
+    flushed_after_the_lock, publish_event = services.flushed_after_the_lock, bus.publish_event
 
-    def flush_spy(connection) -> None:  # type: ignore[no-untyped-def]
-        order.append("flush")
-        flush_wal(connection)
+    @contextmanager
+    def watched(*args, **kwargs):  # type: ignore[no-untyped-def]
+        with flushed_after_the_lock(*args, **kwargs) as flush:
+            def recorded() -> None:
+                order.append("flush")
+                flush()
+            yield recorded
 
     def publish_spy(**event):  # type: ignore[no-untyped-def]
         order.append(f"announce {event['data']['state']}")
         return publish_event(**event)
 
-    monkeypatch.setattr(transactions, "_flush_wal", flush_spy)
+    monkeypatch.setattr(services, "flushed_after_the_lock", watched)
     monkeypatch.setattr(bus, "publish_event", publish_spy)
     assert deliver(document) == DocumentRun.Outcome.DONE
-    flushed = ["flush"] if connection.vendor == "sqlite" else []  # PostgreSQL: its commit
-    assert order == ["announce processing", *flushed, "announce done"]
+    assert order == ["announce processing", "flush", "announce done"]
