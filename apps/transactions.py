@@ -69,20 +69,24 @@ def flushed_after_the_lock(using: str | None = None) -> Iterator[Callable[[], No
     the database file itself, and FULL's own flushes stay).
     """
     connection = transaction.get_connection(using)
-    if (connection.in_atomic_block or connection.vendor != "sqlite"
-            or settings.SQLITE_SYNCHRONOUS != "FULL" or _journal_mode(connection) != "wal"):
+    wal = None
+    if (not connection.in_atomic_block and connection.vendor == "sqlite"
+            and settings.SQLITE_SYNCHRONOUS == "FULL"):
+        wal = _wal_file(connection)
+    if wal is None:
         yield _nothing
         return
-    state = {"flushed": False}
+    flushed = False
 
     def flush() -> None:
-        _flush_wal(connection)
-        state["flushed"] = True
+        nonlocal flushed
+        _fdatasync(wal)
+        flushed = True
 
     _execute(connection, "PRAGMA synchronous=NORMAL")
     try:
         yield flush
-        if not state["flushed"]:
+        if not flushed:
             flush()
     finally:
         _execute(connection, f"PRAGMA synchronous={settings.SQLITE_SYNCHRONOUS}")
@@ -92,21 +96,24 @@ def _nothing() -> None:
     return None
 
 
-def _journal_mode(connection) -> str:  # type: ignore[no-untyped-def]
-    with connection.cursor() as cursor:
-        cursor.execute("PRAGMA journal_mode")  # the query form: reads the mode, sets nothing
-        return str(cursor.fetchone()[0]).lower()
+# One statement for both (SQLite's documented table-valued pragma functions, 3.16 or later):
+# the journal mode, and the main database's file as SQLite opened it ("" in memory).
+_WAL_SQL = ("SELECT (SELECT journal_mode FROM pragma_journal_mode), "
+            "(SELECT file FROM pragma_database_list WHERE name = 'main')")
 
 
-def _flush_wal(connection) -> None:  # type: ignore[no-untyped-def]
-    """fdatasync the WAL of ``connection``'s main database (SQLite names it the database's path
-    with ``-wal`` appended, https://www.sqlite.org/tempfiles.html): the path as SQLite opened it
-    (``PRAGMA database_list``). The WAL exists while any connection to the database is open,
-    this one included."""
+def _wal_file(connection) -> str | None:  # type: ignore[no-untyped-def]
+    """The path of ``connection``'s WAL (SQLite names it the database's path with ``-wal``
+    appended, https://www.sqlite.org/tempfiles.html), or None when the database is not in WAL
+    mode. The WAL exists while any connection to the database is open, this one included."""
     with connection.cursor() as cursor:
-        cursor.execute("PRAGMA database_list")
-        path = next(row[2] for row in cursor.fetchall() if row[1] == "main")
-    fd = os.open(f"{path}-wal", os.O_RDONLY | os.O_CLOEXEC)
+        cursor.execute(_WAL_SQL)
+        mode, path = cursor.fetchone()
+    return f"{path}-wal" if str(mode).lower() == "wal" and path else None
+
+
+def _fdatasync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         os.fdatasync(fd)
     finally:
