@@ -55,6 +55,23 @@ ensure_sentinel_env() {
   write_platform_env  # with the sentinel settings: REDIS_SENTINELS is set now
 }
 
+# With PLATFORM_REDIS=sentinel: every sentinel knows the replica and the two other sentinels,
+# so a failover can happen. A sentinel learns the replica from the primary's INFO, every 10 s;
+# one that started before the replica connected knows none until then. If it is elected to
+# lead a failover in that window, it aborts (-failover-abort-no-good-slave), and the next try
+# waits twice the failover timeout (120 s in production). platform/up says "running" only
+# after this holds; tests/platform/test_up_sentinel.py kills the primary right after.
+sentinels_up() {
+  [ "${PLATFORM_REDIS:-single}" = sentinel ] || return 0
+  local port info
+  for port in $SENTINEL_PORTS; do
+    info="$(REDISCLI_AUTH="$REDIS_SENTINEL_PASSWORD" redis-cli -h "${REDIS_BIND%% *}" \
+      -p "$port" sentinel master "$SENTINEL_MASTER_NAME" 2>/dev/null)" || return 1
+    [ "$(sed -n '/^num-slaves$/{n;p;}' <<< "$info")" -ge 1 ] 2>/dev/null || return 1
+    [ "$(sed -n '/^num-other-sentinels$/{n;p;}' <<< "$info")" -ge 2 ] 2>/dev/null || return 1
+  done
+}
+
 # The node that is primary now: what the first sentinel recorded last time (Sentinel rewrites
 # its file after a failover), else the first node. Starting the group again on the old primary
 # would make the promoted node resync from it and drop what it took after the failover.
