@@ -17,7 +17,6 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings
 from django.core.exceptions import BadRequest, PermissionDenied, SuspiciousOperation
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -133,32 +132,16 @@ def _exception_response(request: HttpRequest, exception: Exception) -> HttpRespo
 
 
 class ErrorPagesMiddleware:
-    """Error answers by ``wants_html`` whatever DEBUG says; async-capable, so the ASGI chain
-    makes no thread hop for it (rendering a page, which may load the user, runs in one)."""
+    """Error answers by ``wants_html`` whatever DEBUG says. Sync only: Django runs as its WSGI
+    handler here (apps/django_pool.py, adr/0045), so nothing calls a middleware async."""
 
-    sync_capable = True
-    async_capable = True
-
-    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
-        self.is_async = iscoroutinefunction(get_response)
-        if self.is_async:
-            markcoroutinefunction(self)
 
-    def __call__(self, request: HttpRequest) -> Any:
-        if self.is_async:
-            return self.__acall__(request)
+    def __call__(self, request: HttpRequest) -> HttpResponse:
         if not _resolves(request):
             return self._logged(request, page_not_found(request))
         return self._fill_bare(request, self.get_response(request))
-
-    async def __acall__(self, request: HttpRequest) -> HttpResponse:
-        if not _resolves(request):
-            return self._logged(request, await sync_to_async(page_not_found)(request))
-        response = await self.get_response(request)
-        if _bare_error(response):
-            return await sync_to_async(self._fill_bare)(request, response)
-        return response
 
     def process_exception(self, request: HttpRequest,
                           exception: Exception) -> HttpResponse | None:

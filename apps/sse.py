@@ -6,10 +6,6 @@ importing another system: telemetry must not depend on the event bus (adr/0010).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-from django.http import StreamingHttpResponse
-
 
 def frame(*, event: str | None = None, data: str | None = None, id: str | None = None,
           comment: str | None = None, retry: int | None = None) -> bytes:
@@ -26,10 +22,3 @@ def frame(*, event: str | None = None, data: str | None = None, id: str | None =
         lines.extend(f"data: {line}" for line in data.split("\n"))
     return ("\n".join(lines) + "\n\n").encode()
 
-
-def sse_response(stream: AsyncIterator[bytes]) -> StreamingHttpResponse:
-    """An event-stream response that no cache or proxy holds back."""
-    response = StreamingHttpResponse(stream, content_type="text/event-stream")
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"  # nginx: pass each event through at once
-    return response
