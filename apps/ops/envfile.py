@@ -27,6 +27,11 @@ NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 BARE = re.compile(r"[A-Za-z0-9_@%+=:,./-]*")
 # Inside double quotes systemd unescapes exactly these (SHELL_NEED_ESCAPE).
 DOUBLE_QUOTE_ESCAPED = '"\\`$'
+# Linux hands a process each KEY=value string whole or not at all: one longer than
+# MAX_ARG_STRLEN (32 pages: 131,072 bytes with its NUL) makes every exec that carries it fail
+# with E2BIG, "Argument list too long", in whatever unit or tool starts next, far from the
+# file that set it. systemd's own check allows up to ARG_MAX (2 MiB here).
+MAX_ENTRY_BYTES = 131072
 WHITESPACE = " \t\n\r"
 NEWLINE = "\n\r"
 COMMENTS = "#;"
@@ -51,6 +56,10 @@ def env_value_check(*, key: str, value: str) -> None:
             raise EnvFileError(f"{key}: a value cannot hold control character {ord(char):#04x}")
         if 0xD800 <= ord(char) <= 0xDFFF:
             raise EnvFileError(f"{key}: a value cannot hold a lone surrogate (not UTF-8)")
+    longest = MAX_ENTRY_BYTES - len(key) - 2  # the "=" and the NUL
+    if len(value.encode("utf-8")) > longest:
+        raise EnvFileError(f"{key}: a value cannot be longer than {longest} bytes in UTF-8 "
+                           "(what Linux passes to a process for one variable)")
 
 
 def env_value_quote(value: str) -> str:

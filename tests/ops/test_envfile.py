@@ -5,7 +5,9 @@ key; nothing in a value ever runs."""
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -15,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from apps.ops.envfile import EnvFileError, env_file_render, parse_env_file
+from apps.ops.envfile import MAX_ENTRY_BYTES, EnvFileError, env_file_render, parse_env_file
 from tests.procs import ROOT
 
 # Every printable character (letters, marks, numbers, punctuation, symbols, spaces in any
@@ -47,6 +49,27 @@ def test_line_breaks_nul_and_controls_are_refused_naming_the_key(bad):
     with pytest.raises(EnvFileError, match="^DJANGO_SECRET_KEY: ") as refused:
         env_file_render({"DJANGO_SECRET_KEY": bad})
     assert bad not in str(refused.value)
+
+
+def test_a_value_longer_than_linux_passes_to_a_process_is_refused_at_the_kernels_boundary():
+    key = "DJANGO_SECRET_KEY"
+    longest = "k" * (MAX_ENTRY_BYTES - len(key) - 2)
+    true = shutil.which("true")
+    assert true is not None
+    # The kernel's own line: the longest value reaches a process, one byte more does not.
+    subprocess.run([true], env={key: longest}, check=True, timeout=30)
+    with pytest.raises(OSError) as too_long:
+        subprocess.run([true], env={key: longest + "k"}, timeout=30)
+    assert too_long.value.errno == errno.E2BIG
+    # The file's tools draw it in the same place, in UTF-8 bytes, naming the key only.
+    assert parse_env_file(env_file_render({key: longest})) == {key: longest}
+    for over in (longest + "k", "\u00e9" * (len(longest) // 2 + 1)):
+        with pytest.raises(EnvFileError, match=f"^{key}: a value cannot be longer than "
+                                               f"{len(longest)} bytes") as refused:
+            env_file_render({key: over})
+        assert over not in str(refused.value)
+        with pytest.raises(EnvFileError, match=f"^line 2: {key}: a value cannot be longer"):
+            parse_env_file(f"A=1\n{key}={over}\n")
 
 
 @pytest.mark.parametrize(("text", "message"), [
