@@ -29,7 +29,7 @@ def test_a_sentinel_sigkilled_nothing_notices(sentinel_stack, sse_clients, measu
     group = stack.redis.group
     web = stack.start_web(workers=2)
     procs = [web.proc, stack.start_worker("w1"), stack.start_elected_beat("beat1")]
-    clients = spread_clients(web, cookie_of(web.session()), per_worker=1, most=120)
+    clients = spread_clients(web, cookie_of(web.session()), per_worker=1)
     sse_clients.extend(clients)
     submitter = Submitter(web.session())
     thread = threading.Thread(target=submitter.run, daemon=True)

@@ -34,7 +34,7 @@ def test_primary_sigkilled_under_live_pages_no_stream_stays_silent(sentinel_stac
     group = stack.redis.group
     web = stack.start_web(workers=2)
     # One stream on each web worker at least; the kernel, not the test, spreads connections.
-    clients = spread_clients(web, cookie_of(web.session()), per_worker=1, most=120)
+    clients = spread_clients(web, cookie_of(web.session()), per_worker=1)
     sse_clients.extend(clients)
     publish(stack, "before")
     wait_until(lambda: all("before" in messages(c) for c in clients), timeout=20,

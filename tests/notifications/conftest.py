@@ -7,7 +7,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tests.notifications.sse import SSEClient
-from tests.procs import Client, Stack, Web, wait_until
+from tests.procs import Client, Stack, Web
+from tests.spread import spread_over_workers
 
 OTHER_USER = ("other", "other-password-1")
 
@@ -24,24 +25,12 @@ def cookie_of(client: Client) -> str:
 
 
 def spread_clients(web: Web, cookie: str, *, per_worker: int, workers: int = 2,
-                   name: str = "c", most: int = 60) -> list[SSEClient]:
-    """Open streams until at least ``per_worker`` are on each of ``workers`` web workers.
-
-    uvicorn's workers share one listening socket and the kernel hands each connection to one
-    of them, so the test keeps connecting and reads the pid each stream announces.
-    """
-    clients: list[SSEClient] = []
-    while len(clients) < most:
-        client = SSEClient(web.base, cookie, name=f"{name}{len(clients)}").start()
-        wait_until(client.ready.is_set, timeout=30, what=f"stream {client.name} ready")
-        clients.append(client)
-        counts: dict[int, int] = {}
-        for c in clients:
-            assert c.worker is not None
-            counts[c.worker] = counts.get(c.worker, 0) + 1
-        if len(counts) >= workers and all(n >= per_worker for n in counts.values()):
-            return clients
-    raise AssertionError(f"streams landed on {counts} after {most} connections")
+                   name: str = "c", most: int = 200) -> list[SSEClient]:
+    """Event streams, ``per_worker`` on each of ``workers`` web workers (tests/spread.py)."""
+    return spread_over_workers(
+        lambda n: SSEClient(web.base, cookie, name=f"{name}{n}").start(),
+        served_by=lambda c: c.worker if c.ready.is_set() else None, stop=SSEClient.stop,
+        per_worker=per_worker, workers=workers, most=most, what="event stream")
 
 
 @pytest.fixture

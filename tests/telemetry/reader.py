@@ -80,28 +80,12 @@ class StreamReader:
 
 
 def spread_readers(base: str, cookie: str, *, per_worker: int = 1, workers: int = 2,
-                   path: str = "/api/telemetry/stream/?rate=5", most: int = 40
+                   path: str = "/api/telemetry/stream/?rate=5", most: int = 200
                    ) -> list[StreamReader]:
-    """Open telemetry streams until at least ``per_worker`` are on each of ``workers`` workers.
+    """Telemetry streams, ``per_worker`` on each of ``workers`` web workers (tests/spread.py)."""
+    from tests.spread import spread_over_workers
 
-    uvicorn's workers share one listening socket and the kernel picks the worker per
-    connection, so this keeps connecting and reads the pid each stream announces.
-    """
-    from tests.procs import wait_until
-
-    readers: list[StreamReader] = []
-    counts: dict[int, int] = {}
-    while len(readers) < most:
-        reader = StreamReader(base, cookie, path=path).start()
-        readers.append(reader)
-        wait_until(lambda r=reader: r.worker is not None and bool(r.arrivals), timeout=30,
-                   what="the telemetry stream's first sample")
-        counts = {}
-        for r in readers:
-            assert r.worker is not None
-            counts[r.worker] = counts.get(r.worker, 0) + 1
-        if len(counts) >= workers and all(n >= per_worker for n in counts.values()):
-            return readers
-    for r in readers:
-        r.stop()
-    raise AssertionError(f"telemetry streams landed on {counts} after {most} connections")
+    return spread_over_workers(
+        lambda _: StreamReader(base, cookie, path=path).start(),
+        served_by=lambda r: r.worker if r.arrivals else None, stop=StreamReader.stop,
+        per_worker=per_worker, workers=workers, most=most, what="telemetry stream")

@@ -11,8 +11,8 @@ import pytest
 import requests
 
 from apps.events.bus import CHANNEL, CONTROL_CHANNEL
-from tests.procs import Client, Web, wait_until
-from tests.telemetry.reader import StreamReader
+from tests.procs import Client, wait_until
+from tests.telemetry.reader import StreamReader, spread_readers
 
 pytestmark = pytest.mark.processes
 
@@ -24,26 +24,6 @@ def cookie_of(client: Client) -> str:
     return "; ".join(f"{k}={v}" for k, v in client.http.cookies.items())
 
 
-def spread_readers(web: Web, cookie: str, *, workers: int = 2, most: int = 16
-                   ) -> list[StreamReader]:
-    """Open streams until they are served by ``workers`` distinct web workers.
-
-    uvicorn's workers share one listening socket; the kernel picks the worker per connection.
-    """
-    readers: list[StreamReader] = []
-    while len(readers) < most:
-        reader = StreamReader(web.base, cookie).start()
-        readers.append(reader)
-        wait_until(lambda r=reader: r.worker is not None and r.arrivals, timeout=30,
-                   what="the stream's first sample")
-        if len({r.worker for r in readers}) >= workers and len(readers) >= 4:
-            return readers
-    pids = sorted({r.worker for r in readers if r.worker})
-    for r in readers:
-        r.stop()
-    raise AssertionError(f"{most} streams all landed on workers {pids}")
-
-
 def test_each_client_gets_its_stream_at_the_rate_on_any_worker(make_stack, measure):
     # One user opens every stream here: the per-user cap is not what this measures.
     stack = make_stack(env={"TELEMETRY_RATE_HZ": str(RATE_HZ), "TELEMETRY_STREAMS_PER_USER": "100"})
@@ -51,7 +31,7 @@ def test_each_client_gets_its_stream_at_the_rate_on_any_worker(make_stack, measu
     redis = stack.redis.client()
     cookie = cookie_of(web.session())
     publishes_before = int(redis.info("commandstats").get("cmdstat_publish", {}).get("calls", 0))
-    readers = spread_readers(web, cookie)
+    readers = spread_readers(web.base, cookie, per_worker=2, path=StreamReader.path)
     try:
         start = time.monotonic()
         wait_until(lambda: time.monotonic() - start >= WINDOW_S, timeout=WINDOW_S + 5,
