@@ -1,11 +1,11 @@
 """Streams spread over uvicorn's web workers, for tests that need one on each.
 
 uvicorn's workers share one listening socket and the kernel hands each connection to one of
-them, not evenly: Linux wakes the workers' epolls in a fixed order and the first one to run
-accepts. On a busy machine one worker can take connection after connection (in CI once 16 in
-a row; with three busy loops beside it here, up to 30). So this keeps connecting, reads the
-pid each stream announces, keeps ``per_worker`` on each worker and closes the others at once,
-so the favoured worker is not loaded with streams nobody reads.
+them, not evenly: whichever worker accepts first wins, and on a busy machine one worker can
+take connection after connection (measured: in CI once 16 in a row; with three busy loops
+beside the test, up to 30; why one is favoured was not measured). So this keeps connecting,
+reads the pid each stream announces, keeps ``per_worker`` on each worker and closes the
+others at once, so the favoured worker is not loaded with streams nobody reads.
 """
 
 from __future__ import annotations
